@@ -1,0 +1,1 @@
+"""One module per `txbuffer` subcommand; each exposes register(subparsers)."""
