@@ -1,0 +1,463 @@
+"""The transaction engine: pure transaction semantics over a Store, no Kafka, no clocks.
+
+One PartitionEngine per raw-topic partition. apply() takes one raw record and returns actions
+(dead-letter this record, this transaction committed); the runner performs them. The rules are
+those of docs/semantics.md.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from . import events as ev
+from . import keys
+from .buffer import Batch, Store
+from .txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK, Commit, Txn
+
+FORMAT_VERSION = 1
+_DONE = struct.Struct(">Q")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    txn: Txn
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    include_users: frozenset = frozenset()
+    exclude_users: frozenset = frozenset()
+    include_clients: frozenset = frozenset()
+    exclude_clients: frozenset = frozenset()
+    include_tables: frozenset = frozenset()
+    exclude_tables: frozenset = frozenset()
+
+    @classmethod
+    def from_config(cls, cfg) -> "Filters":
+        return cls(**{f: getattr(cfg, f) for f in cls.__dataclass_fields__})
+
+    def table_excluded(self, table: str | None) -> bool:
+        if table is None:
+            return False
+        return table in self.exclude_tables or bool(self.include_tables and table not in self.include_tables)
+
+    def identity_excluded(self, user: str | None, client: str | None) -> bool:
+        if user is not None and (user in self.exclude_users or (self.include_users and user not in self.include_users)):
+            return True
+        if client is not None and (client in self.exclude_clients or (self.include_clients and client not in self.include_clients)):
+            return True
+        return False
+
+
+@dataclass(slots=True)
+class Stats:
+    events: int = 0
+    changes: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    filtered_txns: int = 0
+    filtered_changes: int = 0
+    late_events: int = 0
+    restarts: int = 0
+    undone: int = 0
+    dead_letters: int = 0
+    abandoned: int = 0
+
+
+def validate(e: dict) -> str | None:
+    """Why an event that decoded is still unusable, or None."""
+    op = e["op"]
+    if e["seq"] < 0:
+        return f"negative seq {e['seq']}"
+    if op != ev.HEARTBEAT and not e["xid"]:
+        return f"{op} without xid"
+    if e["undo"]:
+        if not e["row_id"]:
+            return "undo row without row_id"
+        return None
+    if op in ev.ROW_OPS:
+        if not e["table"]:
+            return f"{op} without table"
+        if not e["key"]:
+            return f"{op} without key"
+    elif op == ev.TRUNCATE and not e["table"]:
+        return "TRUNCATE without table"
+    elif op == ev.DDL and not e["ddl"]:
+        return "DDL without ddl text"
+    elif op in ev.FRAGMENT_OPS:
+        if not e["lob_column"]:
+            return f"{op} without lob_column"
+        if not e["row_id"] and not (e["table"] and e["key"]):
+            return f"{op} without row_id or table and key"
+        if op == ev.LOB_TRIM and e["lob_length"] is None:
+            return "LOB_TRIM without lob_length"
+        if op == ev.LOB_ERASE and (e["lob_length"] is None or e["lob_offset"] is None):
+            return "LOB_ERASE without lob_offset and lob_length"
+    elif op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT) and not e["savepoint"]:
+        return f"{op} without savepoint name"
+    elif op == ev.SUBTXN_ABORT and not e["subxid"]:
+        return "SUBTXN_ABORT without subxid"
+    return None
+
+
+def row_identities(e: dict) -> list[str]:
+    """Index names of a row change: by row_id (undo, Oracle fragments) and by table+key."""
+    rows = []
+    if e["row_id"]:
+        rows.append("r:" + e["row_id"])
+    if e["key"]:
+        rows.append("k:" + ev.change_key(e["table"], e["key"]).decode())
+    return rows
+
+
+def fragment_row(e: dict) -> str:
+    return "r:" + e["row_id"] if e["row_id"] else "k:" + ev.change_key(e["table"], e["key"]).decode()
+
+
+class PartitionEngine:
+    """Transaction state of one raw partition. Not thread-safe; one loop drives it."""
+
+    def __init__(self, partition: int, store: Store, filters: Filters = Filters(), min_completed: int = 10000):
+        self.partition = partition
+        self.store = store
+        self.filters = filters
+        self.min_completed = min_completed
+        self.open: dict[str, Txn] = {}
+        self.pending: OrderedDict[str, Txn] = OrderedDict()  # committed, outputs not yet acknowledged
+        self.completed: dict[str, tuple[int, str]] = {}
+        self.fifo: deque[tuple[int, str]] = deque()
+        self.next_offset = 0
+        self.watermark = -1
+        self.stats = Stats()
+        self.batch: Batch = store.batch()
+        self._dirty: set[str] = set()
+        self._pos_dirty = False
+
+    # ------------------------------------------------------------------ apply
+
+    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> list:
+        """Apply one raw record at `offset`; return the actions it causes."""
+        self.next_offset = offset + 1
+        self._pos_dirty = True
+        self.stats.events += 1
+        try:
+            e = ev.decode_raw(value or b"")
+        except ev.DecodeError as exc:
+            return self._dead(offset, key, value, str(exc))
+        problem = validate(e)
+        if problem:
+            return self._dead(offset, key, value, problem)
+        return self.apply_decoded(offset, key, value, e)
+
+    def apply_decoded(self, offset: int, key: bytes | None, value: bytes, e: dict) -> list:
+        op = e["op"]
+        if op == ev.HEARTBEAT:
+            self._advance_watermark(e["scn"])
+            return []
+        xid = e["xid"]
+        txn = self.open.get(xid)
+        if txn is None:
+            if xid in self.completed or xid in self.pending:
+                self.stats.late_events += 1
+                return []
+            if op == ev.ROLLBACK:
+                self._advance_watermark(e["scn"])
+                self._finish(xid, offset, ROLLED_BACK)
+                self.stats.rolled_back += 1
+                return []
+            txn = self._open(xid, offset, e)
+        elif op == ev.BEGIN:
+            # The source re-sent the transaction from its start: forget what we have.
+            self._drop_all(txn)
+            del self.open[xid]
+            self.stats.restarts += 1
+            txn = self._open(xid, offset, e)
+
+        if not txn.identity_seen and (e["user"] is not None or e["client"] is not None):
+            self._identify(txn, e)
+        if op == ev.BEGIN:
+            return []
+
+        if op in ev.CHANGE_OPS:
+            return self._change(txn, offset, key, value, e)
+        if op in ev.FRAGMENT_OPS:
+            return self._fragment(txn, offset, key, value, e)
+        if op == ev.COMMIT:
+            return self._commit(txn, offset, e)
+        if op == ev.ROLLBACK:
+            self._advance_watermark(e["scn"])
+            self._drop_all(txn)
+            del self.open[xid]
+            self._finish(xid, offset, ROLLED_BACK)
+            self.stats.rolled_back += 1
+            return []
+        if op == ev.SAVEPOINT:
+            txn.savepoints.append((e["savepoint"], e["seq"]))
+            self._dirty.add(xid)
+            return []
+        if op == ev.ROLLBACK_TO_SAVEPOINT:
+            return self._rollback_to_savepoint(txn, offset, key, value, e)
+        if op == ev.SUBTXN_ABORT:
+            return self._subtxn_abort(txn, offset, e)
+        raise AssertionError(f"unhandled op {op}")  # the schema's enum makes this unreachable
+
+    # ------------------------------------------------------------------ ops
+
+    def _open(self, xid: str, offset: int, e: dict) -> Txn:
+        txn = Txn(self.partition, xid, offset, first_ts_ms=e["ts_ms"])
+        self.open[xid] = txn
+        self._dirty.add(xid)
+        return txn
+
+    def _identify(self, txn: Txn, e: dict) -> None:
+        txn.identity_seen = True
+        txn.user, txn.client = e["user"], e["client"]
+        if self.filters.identity_excluded(txn.user, txn.client):
+            txn.filtered = True
+            self._drop_all(txn)
+        self._dirty.add(txn.xid)
+
+    def _change(self, txn: Txn, offset: int, key, value: bytes, e: dict) -> list:
+        if e["undo"]:
+            return self._undo(txn, offset, key, value, e)
+        if txn.filtered or self.filters.table_excluded(e["table"]):
+            self.stats.filtered_changes += 1
+            return []
+        seq = e["seq"]
+        put = self.batch.put
+        put(keys.event_key(txn.prefix, seq), value)
+        sb = keys.seq_bytes(seq)
+        if e["op"] in ev.ROW_OPS:
+            for row in row_identities(e):
+                put(keys.row_prefix(txn.prefix, row) + sb, b"")
+        if e["subxid"] is not None:
+            put(keys.subxid_prefix(txn.prefix, e["subxid"]) + sb, b"")
+        txn.events += 1
+        txn.bytes += len(value)
+        self.stats.changes += 1
+        return []
+
+    def _newest_surviving(self, txn: Txn, row: str, before_seq: int) -> int | None:
+        """Seq of the newest buffered row change of `row` with seq < before_seq: O(log n) seeks."""
+        self.flush_data()
+        prefix = keys.row_prefix(txn.prefix, row)
+        end = prefix + keys.seq_bytes(before_seq)
+        while True:
+            found = self.store.last_before(prefix, end)
+            if found is None:
+                return None
+            seq = keys.seq_of(found)
+            if self.store.get(keys.event_key(txn.prefix, seq)) is not None:
+                return seq
+            end = found  # stale entry left by a savepoint rollback: look further back
+
+    def _undo(self, txn: Txn, offset: int, key, value: bytes, e: dict) -> list:
+        if txn.filtered or self.filters.table_excluded(e["table"]):
+            self.stats.filtered_changes += 1
+            return []
+        target = self._newest_surviving(txn, "r:" + e["row_id"], e["seq"])
+        if target is None:
+            return self._dead(offset, key, value, f"undo row: no earlier change with row_id {e['row_id']!r} in {txn.xid}")
+        self.batch.delete(keys.event_key(txn.prefix, target))
+        self.stats.undone += 1
+        return []
+
+    def _fragment(self, txn: Txn, offset: int, key, value: bytes, e: dict) -> list:
+        if txn.filtered or self.filters.table_excluded(e["table"]):
+            self.stats.filtered_changes += 1
+            return []
+        target = self._newest_surviving(txn, fragment_row(e), e["seq"])
+        if target is not None:
+            target_event = ev.decode_raw(self.store.get(keys.event_key(txn.prefix, target)))
+            if target_event["op"] == ev.DELETE:
+                target = None
+        if target is None:
+            return self._dead(offset, key, value, f"{e['op']}: no preceding INSERT/UPDATE of the row in {txn.xid}")
+        seq = e["seq"]
+        self.batch.put(keys.event_key(txn.prefix, seq), value)
+        self.batch.put(keys.fragment_prefix(txn.prefix, target) + keys.seq_bytes(seq), b"")
+        if e["subxid"] is not None:
+            self.batch.put(keys.subxid_prefix(txn.prefix, e["subxid"]) + keys.seq_bytes(seq), b"")
+        txn.bytes += len(value)
+        return []
+
+    def _rollback_to_savepoint(self, txn: Txn, offset: int, key, value, e: dict) -> list:
+        name = e["savepoint"]
+        for i in range(len(txn.savepoints) - 1, -1, -1):
+            if txn.savepoints[i][0] == name:
+                break
+        else:
+            return self._dead(offset, key, value, f"ROLLBACK_TO_SAVEPOINT: unknown savepoint {name!r} in {txn.xid}")
+        start = txn.savepoints[i][1]
+        del txn.savepoints[i + 1:]
+        # Stale index entries of the dropped range are skipped by their readers.
+        self.batch.delete_range(keys.event_key(txn.prefix, start + 1), keys.event_key(txn.prefix, e["seq"]))
+        self._dirty.add(txn.xid)
+        return []
+
+    def _subtxn_abort(self, txn: Txn, offset: int, e: dict) -> list:
+        if e["subxid"] == txn.xid:  # PostgreSQL: a Stream Abort of the top transaction
+            self._advance_watermark(e["scn"])
+            self._drop_all(txn)
+            del self.open[txn.xid]
+            self._finish(txn.xid, offset, ROLLED_BACK)
+            self.stats.rolled_back += 1
+            return []
+        self.flush_data()
+        prefix = keys.subxid_prefix(txn.prefix, e["subxid"])
+        for index_key, _ in self.store.scan(prefix, prefix + keys.seq_bytes(e["seq"])):
+            self.batch.delete(keys.event_key(txn.prefix, keys.seq_of(index_key)))
+            self.batch.delete(index_key)
+        return []
+
+    def _commit(self, txn: Txn, offset: int, e: dict) -> list:
+        self._advance_watermark(e["scn"])
+        txn.commit = Commit(e["scn"], e["ts_ms"], e["thread"], offset)
+        del self.open[txn.xid]
+        if txn.filtered:
+            self._drop_all(txn)
+            self._finish(txn.xid, offset, FILTERED)
+            self.stats.filtered_txns += 1
+            return []
+        self.pending[txn.xid] = txn
+        self._dirty.add(txn.xid)
+        self.stats.committed += 1
+        return [Committed(txn)]
+
+    # ------------------------------------------------------------------ outcomes
+
+    def acknowledged(self, txn: Txn) -> None:
+        """Every output of a committed transaction is acknowledged: drop its buffered events."""
+        self.pending.pop(txn.xid, None)
+        self._drop_all(txn)
+        self._finish(txn.xid, txn.commit.offset, COMMITTED)
+
+    def abandon(self, xid: str, offset: int) -> None:
+        """Retention policy: forget an open transaction (the runner dead-letters it)."""
+        txn = self.open.pop(xid)
+        self._drop_all(txn)
+        self._finish(xid, offset, ABANDONED)
+        self.stats.abandoned += 1
+
+    def cursor_moved(self, txn: Txn) -> None:
+        self._dirty.add(txn.xid)
+
+    def _drop_all(self, txn: Txn) -> None:
+        self.batch.delete_range(txn.prefix, keys.upper_bound(txn.prefix))
+        txn.events = txn.bytes = 0
+
+    def _finish(self, xid: str, offset: int, outcome: str) -> None:
+        self.completed[xid] = (offset, outcome)
+        self.fifo.append((offset, xid))
+        self.batch.put(keys.done_key(self.partition, xid), _DONE.pack(offset) + outcome.encode())
+        self.batch.put(keys.fifo_key(self.partition, offset, xid), b"")
+        self._dirty.add(xid)
+
+    def _dead(self, offset: int, key, value, reason: str) -> list:
+        self.stats.dead_letters += 1
+        return [DeadLetter(self.partition, offset, key, value, reason)]
+
+    def _advance_watermark(self, scn: int) -> None:
+        if scn > self.watermark:
+            self.watermark = scn
+
+    # ------------------------------------------------------------------ positions
+
+    def low_watermark(self) -> int:
+        """The input offset to commit: first offset of the oldest unfinished transaction, else next."""
+        firsts = [t.first_offset for t in self.open.values()]
+        firsts.extend(t.first_offset for t in self.pending.values())
+        return min(firsts, default=self.next_offset)
+
+    def oldest_open(self) -> Txn | None:
+        return min(self.open.values(), key=lambda t: t.first_offset, default=None)
+
+    def buffered_events(self) -> int:
+        return sum(t.events for t in self.open.values()) + sum(t.events for t in self.pending.values())
+
+    def buffered_bytes(self) -> int:
+        return sum(t.bytes for t in self.open.values()) + sum(t.bytes for t in self.pending.values())
+
+    # ------------------------------------------------------------------ persistence
+
+    def flush_data(self) -> None:
+        """Write pending data so reads see it. Safe at any time: replay from the persisted
+        position re-creates exactly these writes, so data landing early never misleads."""
+        if len(self.batch):
+            self.store.write(self.batch)
+            self.batch = self.store.batch()
+
+    def checkpoint(self) -> None:
+        """Write data, transaction metadata, completed index and position in one batch."""
+        for xid in self._dirty:
+            txn = self.open.get(xid) or self.pending.get(xid)
+            mkey = keys.meta_key(self.partition, xid)
+            if txn is None:
+                self.batch.delete(mkey)
+            else:
+                self.batch.put(mkey, txn.to_bytes())
+        self._dirty.clear()
+        self._prune_completed()
+        pos = {"next_offset": self.next_offset, "watermark": self.watermark, "version": FORMAT_VERSION}
+        self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
+        self._pos_dirty = False
+        self.store.write(self.batch)
+        self.batch = self.store.batch()
+
+    def _prune_completed(self) -> None:
+        low = self.low_watermark()
+        while len(self.fifo) > self.min_completed and self.fifo[0][0] < low:
+            offset, xid = self.fifo.popleft()
+            if self.completed.get(xid, (None,))[0] == offset:
+                del self.completed[xid]
+                self.batch.delete(keys.done_key(self.partition, xid))
+            self.batch.delete(keys.fifo_key(self.partition, offset, xid))
+
+    @classmethod
+    def restore(cls, partition: int, store: Store, filters: Filters = Filters(),
+                min_completed: int = 10000) -> "PartitionEngine | None":
+        """Load a partition's state, or None when the store holds no position for it."""
+        raw_pos = store.get(keys.pos_key(partition))
+        if raw_pos is None:
+            return None
+        pos = json.loads(raw_pos)
+        if pos.get("version") != FORMAT_VERSION:
+            return None
+        eng = cls(partition, store, filters, min_completed)
+        eng.next_offset, eng.watermark = pos["next_offset"], pos["watermark"]
+        pending = []
+        for _, raw in store.scan_prefix(keys.partition_prefix(keys.META, partition)):
+            txn = Txn.from_bytes(raw)
+            if txn.commit is None:
+                eng.open[txn.xid] = txn
+            else:
+                pending.append(txn)
+        for txn in sorted(pending, key=lambda t: t.commit.offset):
+            eng.pending[txn.xid] = txn
+        for fkey, _ in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
+            offset, xid = keys.fifo_decode(fkey)
+            eng.fifo.append((offset, xid))
+        for dkey, raw in store.scan_prefix(keys.partition_prefix(keys.DONE, partition)):
+            eng.completed[keys.xid_of_prefixed(dkey)] = (_DONE.unpack_from(raw)[0], raw[8:].decode())
+        return eng
+
+    @staticmethod
+    def wipe(partition: int, store: Store) -> None:
+        """Forget everything of a partition (its state is rebuilt from the low watermark)."""
+        batch = store.batch()
+        for kind in (keys.TXN, keys.META, keys.DONE, keys.FIFO, keys.POS):
+            prefix = keys.partition_prefix(kind, partition)
+            batch.delete_range(prefix, keys.upper_bound(prefix))
+        store.write(batch)

@@ -1,0 +1,64 @@
+"""In-memory metadata of one transaction: small and fixed-size, whatever the transaction's size.
+
+The changes themselves live in the store; this holds what the engine needs to route events and
+what the emitter needs to resume (the emit cursor).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from . import keys
+
+COMMITTED = "committed"
+ROLLED_BACK = "rolled_back"
+FILTERED = "filtered"
+ABANDONED = "abandoned"
+
+
+@dataclass(slots=True)
+class Commit:
+    scn: int
+    ts_ms: int
+    thread: int
+    offset: int
+
+
+@dataclass(slots=True)
+class Txn:
+    partition: int
+    xid: str
+    first_offset: int
+    prefix: bytes = b""
+    first_ts_ms: int = 0
+    user: str | None = None
+    client: str | None = None
+    identity_seen: bool = False
+    filtered: bool = False
+    savepoints: list = field(default_factory=list)  # [(name, seq)], innermost last
+    events: int = 0
+    bytes: int = 0
+    commit: Commit | None = None
+    # Emit cursor: everything up to acked_seq is acknowledged by the broker (Debezium's txSeq).
+    acked_seq: int = -1
+    acked_count: int = 0
+    acked_tables: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.prefix:
+            self.prefix = keys.txn_prefix(self.partition, self.xid)
+
+    def to_bytes(self) -> bytes:
+        doc = asdict(self)
+        del doc["prefix"]
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "Txn":
+        doc = json.loads(raw)
+        commit = doc.pop("commit")
+        txn = cls(**doc)
+        txn.savepoints = [tuple(s) for s in txn.savepoints]
+        txn.commit = Commit(**commit) if commit else None
+        return txn
