@@ -1,0 +1,1 @@
+"""Source adapters: database logs -> RawEvents on the raw topic."""
