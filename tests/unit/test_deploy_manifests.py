@@ -398,3 +398,30 @@ def test_manifest_command_lines_parse_with_the_cli(where, argv, monkeypatch, cap
     except SystemExit as exc:
         pytest.fail(f"{where}: `txbuffer {shlex.join(argv)}` is rejected by the CLI: {capsys.readouterr().err}"
                     f" (exit {exc.code})")
+
+
+# --------------------------------------------------------------------------- sizing arithmetic
+
+def sizing_module():
+    spec = importlib.util.spec_from_file_location("deploy_sizing", ROOT / "deploy" / "sizing.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sizing_survives_one_instance_down_and_keeps_headroom():
+    sizing = sizing_module()
+    for throughput in (20_000, 50_000, 137_000, 1_000_000):
+        s = sizing.size(1_000_000, throughput, 300)
+        assert (s.instances - 1) * throughput >= 1_000_000
+        assert s.per_instance_rate <= 0.6 * throughput
+        assert s.partitions >= s.instances and s.disk_gib >= 10
+
+
+def test_sizing_example_table_matches_the_script():
+    sizing = sizing_module()
+    text = (ROOT / "deploy" / "SIZING.md").read_text()
+    for throughput in (50_000, 100_000):
+        s = sizing.size(1_000_000, throughput, 300)
+        row = f"| {throughput:,} | 300 | {s.instances} | {s.partitions} | {s.disk_gib}Gi |"
+        assert row in text, row
