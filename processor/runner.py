@@ -1,0 +1,331 @@
+"""The processor loop: consume raw events, drive the engines, emit, persist, commit low watermarks.
+
+Per poll batch: apply every record to its partition's engine (data goes to that engine's
+WriteBatch), flush data once, release the batch's committed transactions to the emitter, serve
+delivery reports, then checkpoint each engine (data, metadata, completed index, emit cursors and
+input position in one WriteBatch). The committed input offset is each partition's low watermark.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+
+import structlog
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+
+from . import events as ev
+from .buffer import RocksStore
+from .config import ProcessorConfig
+from .emitter import Emitter
+from .engine import Committed, DeadLetter, Filters, PartitionEngine
+from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
+from .partitions import PartitionState, Phase, restore_partition
+from .sink import KafkaSink
+from .txn import Commit, Txn
+
+log = structlog.get_logger(__name__)
+
+
+class LostStateError(RuntimeError):
+    """The committed low watermark is below the raw topic's log start: input was deleted unread."""
+
+
+@dataclass
+class RunSummary:
+    events: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    changes_emitted: int = 0
+    dead_letters: int = 0
+    late_events: int = 0
+    filtered_txns: int = 0
+    peak_buffered_bytes: int = 0
+    peak_open_txns: int = 0
+    lost_events: int = 0
+    seconds: float = 0.0
+    restores: dict = field(default_factory=dict)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+class Runner:
+    def __init__(self, cfg: ProcessorConfig, metrics=None):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.filters = Filters.from_config(cfg)
+        self.store = RocksStore(cfg.state_dir / "store")
+        self.parts: dict[int, PartitionState] = {}
+        self.to_resume: list[int] = []
+        n_raw = partition_count(cfg.bootstrap, cfg.raw_topic)
+        n_out = cfg.output_partitions or n_raw
+        ensure_topics(cfg.bootstrap, {cfg.changes_topic: n_out, cfg.transactions_topic: n_out, cfg.dlq_topic: n_out})
+        self.producer = make_producer(cfg.bootstrap, acks="all")
+        self.sink = KafkaSink(self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic)
+        self.emitter = Emitter(self.sink, cfg.ordering, cfg.tombstones)
+        self.consumer = Consumer({
+            "bootstrap.servers": cfg.bootstrap,
+            "group.id": cfg.group,
+            "partition.assignment.strategy": "cooperative-sticky",
+            **CONSUMER_DEFAULTS,
+            "fetch.max.bytes": 52428800,
+            "queued.max.messages.kbytes": 65536,
+        })
+        self.summary = RunSummary()
+        self.stop_requested = False
+        self._last_commit = 0.0
+        self._committed_lw: dict[int, int] = {}
+        self._targets: dict[int, int] | None = None
+
+    # ------------------------------------------------------------------ rebalance
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
+        assign = []
+        for tp in partitions:
+            p = tp.partition
+            state = PartitionState(p)
+            state.move(Phase.RESTORING)
+            low, _ = consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, p), timeout=10)
+            c = committed.get(p)
+            c = None if c is None or c < 0 or c == OFFSET_INVALID else c
+            restored = restore_partition(p, self.store, self.filters, self.cfg.completed_index_min_entries, c, low)
+            start = restored.start_offset
+            if start < low:
+                start = self._lost_state(p, start, low, restored.engine)
+            state.engine = restored.engine
+            self.parts[p] = state
+            self.summary.restores[p] = restored.source
+            self.to_resume.append(p)
+            log.info("partition.assigned", partition=p, source=restored.source, start_offset=start,
+                     committed=c, open_txns=len(restored.engine.open), pending=len(restored.engine.pending))
+            assign.append(TopicPartition(self.cfg.raw_topic, p, start))
+        consumer.incremental_assign(assign)
+
+    def _lost_state(self, partition: int, start: int, log_start: int, engine: PartitionEngine) -> int:
+        lost = log_start - start
+        reason = (f"raw partition {partition}: low watermark {start} is below log start {log_start}; "
+                  f"{lost} events of open transactions were deleted before they were processed")
+        log.error("partition.lost_state", partition=partition, low_watermark=start, log_start=log_start,
+                  lost=lost, policy=self.cfg.lost_state_policy)
+        resync = {"status": "RESYNC_REQUIRED", "id": f"partition-{partition}", "commit_scn": -1, "ts_ms": 0,
+                  "thread": 1, "event_count": lost, "data_collections": None, "input_partition": partition,
+                  "commit_offset": start, "ordering": self.cfg.ordering, "reason": reason}
+        self.sink.send_transaction(f"partition-{partition}".encode(), ev.encode_transaction(resync), lambda err: None)
+        self.sink.dead_letter(self.cfg.raw_topic, partition, start, None, None, reason)
+        self.producer.flush(30)
+        if self.metrics is not None:
+            self.metrics.lost_state(partition, lost)
+        if self.cfg.lost_state_policy == "fail":
+            raise LostStateError(reason)
+        self.summary.lost_events += lost
+        PartitionEngine.wipe(partition, self.store)
+        engine.next_offset = log_start
+        for xid in list(engine.open):
+            engine.abandon(xid, start)
+        return log_start
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = [tp.partition for tp in partitions if tp.partition in self.parts]
+        for p in revoked:
+            self.parts[p].move(Phase.REVOKING)
+        # Finish what is in flight, so the committed low watermark is as far as it can be.
+        self._drain(timeout_s=30)
+        offsets = []
+        for p in revoked:
+            state = self.parts.pop(p)
+            state.engine.checkpoint()
+            offsets.append(TopicPartition(self.cfg.raw_topic, p, state.engine.low_watermark()))
+            self.emitter.drop_partition(state.engine)
+            state.move(Phase.CLOSED)
+            log.info("partition.revoked", partition=p, low_watermark=offsets[-1].offset)
+        if offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as exc:  # the group may already have moved on; the store still has it
+                log.warning("partition.revoke_commit_failed", error=str(exc))
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            state = self.parts.pop(tp.partition, None)
+            if state is not None:
+                self.emitter.drop_partition(state.engine)
+                log.warning("partition.lost", partition=tp.partition)
+        consumer.incremental_unassign(partitions)
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> RunSummary:
+        cfg = self.cfg
+        started = time.monotonic()
+        if cfg.available_now:
+            self._targets = end_offsets(cfg.bootstrap, cfg.raw_topic, group=cfg.group + "-probe")
+            log.info("run.available_now", targets=self._targets)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._request_stop)
+        self.consumer.subscribe([cfg.raw_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+        last_log = time.monotonic()
+        try:
+            while not self.stop_requested:
+                msgs = self.consumer.consume(cfg.max_batch, 0.1)
+                self._process(msgs)
+                now = time.monotonic()
+                if now - self._last_commit >= cfg.commit_interval_ms / 1000:
+                    self._commit_offsets()
+                if now - last_log >= 5:
+                    last_log = now
+                    self._log_progress(now - started)
+                if self._targets is not None and self._reached_targets():
+                    self._drain(timeout_s=60)
+                    self._checkpoint_all()
+                    self._commit_offsets(force=True, asynchronous=False)
+                    log.info("run.available_now_done")
+                    break
+        finally:
+            self.summary.seconds = time.monotonic() - started
+            self.close()
+        return self.summary
+
+    def _request_stop(self, *_: object) -> None:
+        self.stop_requested = True
+
+    def _process(self, msgs) -> None:
+        committed: list[tuple[PartitionEngine, Txn]] = []
+        dead = False
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume.error", error=str(err))
+                continue
+            state = self.parts.get(msg.partition())
+            if state is None or state.phase is not Phase.RUNNING and state.phase is not Phase.RESTORING:
+                continue
+            engine = state.engine
+            offset = msg.offset()
+            if offset < engine.next_offset:
+                continue  # already applied (re-delivered after a seek)
+            for action in engine.apply(offset, msg.key(), msg.value()):
+                if isinstance(action, Committed):
+                    committed.append((engine, action.txn))
+                elif isinstance(action, DeadLetter):
+                    dead = True
+                    log.warning("event.dead_letter", partition=action.partition, offset=action.offset,
+                                reason=action.reason)
+                    self.sink.dead_letter(self.cfg.raw_topic, action.partition, action.offset,
+                                          action.key, action.value, action.reason)
+        self.summary.events += len(msgs)
+        self._resume_pending()
+        if committed:
+            for engine in {id(e): e for e, _ in committed}.values():
+                engine.flush_data()
+            for engine, txn in committed:
+                self.emitter.release(engine, txn)
+        self.producer.poll(0)
+        self.emitter.advance()
+        if dead:
+            self.sink.flush_dead_letters()
+        self._checkpoint_all()
+
+    def _resume_pending(self) -> None:
+        """Re-emit transactions a previous run committed but did not finish (from the emit cursor)."""
+        while self.to_resume:
+            state = self.parts.get(self.to_resume.pop())
+            if state is None:
+                continue
+            state.move(Phase.RUNNING)
+            for txn in list(state.engine.pending.values()):
+                log.info("txn.resume_emit", partition=state.partition, xid=txn.xid, after_seq=txn.acked_seq)
+                self.emitter.release(state.engine, txn)
+
+    def _checkpoint_all(self) -> None:
+        for state in self.parts.values():
+            state.engine.checkpoint()
+
+    def _drain(self, timeout_s: float) -> None:
+        """Wait until every released transaction is fully acknowledged."""
+        deadline = time.monotonic() + timeout_s
+        while self.emitter.queue and time.monotonic() < deadline:
+            self.producer.poll(0.05)
+            self.emitter.advance()
+        self.producer.flush(max(0.0, deadline - time.monotonic()))
+        self.emitter.advance()
+
+    def _commit_offsets(self, force: bool = False, asynchronous: bool = True) -> None:
+        self._last_commit = time.monotonic()
+        offsets = []
+        for p, state in self.parts.items():
+            lw = state.engine.low_watermark()
+            if force or self._committed_lw.get(p) != lw:
+                offsets.append(TopicPartition(self.cfg.raw_topic, p, lw))
+                self._committed_lw[p] = lw
+        if offsets:
+            self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
+
+    def _reached_targets(self) -> bool:
+        if not self.parts or self.to_resume or self.emitter.queue:
+            return False
+        return all(state.engine.next_offset >= self._targets.get(p, 0) for p, state in self.parts.items())
+
+    def _log_progress(self, elapsed: float) -> None:
+        snap = self.snapshot()
+        self.summary.peak_buffered_bytes = max(self.summary.peak_buffered_bytes, snap["buffered_bytes"])
+        self.summary.peak_open_txns = max(self.summary.peak_open_txns, snap["open_txns"])
+        log.info("progress", events=self.summary.events, events_per_s=round(self.summary.events / max(elapsed, 1e-9)),
+                 **{k: v for k, v in snap.items() if k != "partitions"})
+        if self.metrics is not None:
+            self.metrics.update(snap)
+
+    def snapshot(self) -> dict:
+        """Point-in-time figures for logs, metrics and `txbuffer status`."""
+        parts = {}
+        for p, state in self.parts.items():
+            e = state.engine
+            oldest = e.oldest_open()
+            parts[p] = {"phase": state.phase.value, "next_offset": e.next_offset, "low_watermark": e.low_watermark(),
+                        "open_txns": len(e.open), "pending_txns": len(e.pending), "watermark": e.watermark,
+                        "buffered_events": e.buffered_events(), "buffered_bytes": e.buffered_bytes(),
+                        "oldest_open_first_offset": oldest.first_offset if oldest else None,
+                        "oldest_open_events": oldest.events if oldest else 0,
+                        "stats": e.stats.__dict__ if hasattr(e.stats, "__dict__") else _stats_dict(e.stats)}
+        return {
+            "open_txns": sum(v["open_txns"] for v in parts.values()),
+            "buffered_events": sum(v["buffered_events"] for v in parts.values()),
+            "buffered_bytes": sum(v["buffered_bytes"] for v in parts.values()),
+            "changes_emitted": self.emitter.changes_emitted,
+            "transactions_emitted": self.emitter.transactions_emitted,
+            "partitions": parts,
+        }
+
+    def close(self) -> None:
+        try:
+            self._drain(timeout_s=30)
+            self._checkpoint_all()
+        finally:
+            self._finalise_summary()
+            try:
+                self.consumer.close()  # revokes: commits each partition's low watermark
+            finally:
+                self.producer.flush(30)
+                self.store.close()
+
+    def _finalise_summary(self) -> None:
+        snap = self.snapshot()
+        self.summary.peak_buffered_bytes = max(self.summary.peak_buffered_bytes, snap["buffered_bytes"])
+        self.summary.changes_emitted = self.emitter.changes_emitted
+        for state in self.parts.values():
+            s = state.engine.stats
+            self.summary.committed += s.committed
+            self.summary.rolled_back += s.rolled_back
+            self.summary.dead_letters += s.dead_letters
+            self.summary.late_events += s.late_events
+            self.summary.filtered_txns += s.filtered_txns
+
+
+def _stats_dict(stats) -> dict:
+    return {name: getattr(stats, name) for name in stats.__slots__}
