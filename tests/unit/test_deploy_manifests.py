@@ -16,6 +16,7 @@ import importlib.util
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -405,6 +406,7 @@ def test_manifest_command_lines_parse_with_the_cli(where, argv, monkeypatch, cap
 def sizing_module():
     spec = importlib.util.spec_from_file_location("deploy_sizing", ROOT / "deploy" / "sizing.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
     spec.loader.exec_module(module)
     return module
 
