@@ -257,12 +257,15 @@ class ReferenceModel:
             return
         changes = []
         per_table: dict[str, int] = {}
+        fragments_of: dict[int, list[int]] = {}
+        for fragment_seq, target in txn.targets.items():
+            fragments_of.setdefault(target, []).append(fragment_seq)
         for seq in sorted(txn.buffer):
             change = txn.buffer[seq]
             if change["op"] in FRAGMENT_OPS:
                 continue
             after = change["after"]
-            fragments = [txn.buffer[f] for f in sorted(txn.targets) if txn.targets[f] == seq]
+            fragments = [txn.buffer[f] for f in sorted(fragments_of.get(seq, ()))]
             if fragments and change["op"] in (INSERT, UPDATE):
                 after = dict(after or {})
                 for fragment in fragments:
@@ -291,10 +294,11 @@ def check_record(event: dict | bytes) -> tuple[dict | None, str | None]:
     if not isinstance(event, dict):
         return None, f"not_a_raw_event: {type(event).__name__}"
     event = {**_OPTIONAL_DEFAULTS, **event}  # a dict may omit fields that have a schema default
-    try:
-        validate(event, events.raw_schema(), raise_errors=True)
-    except ValidationError as exc:
-        return None, "invalid_field: " + "; ".join(map(str, exc.errors))
+    if not validate(event, events.raw_schema(), raise_errors=False):
+        try:  # validate again only to name the bad field: raising is slow
+            validate(event, events.raw_schema(), raise_errors=True)
+        except ValidationError as exc:
+            return None, "invalid_field: " + "; ".join(map(str, exc.errors))
     op = event["op"]
     if event["seq"] < 0:
         return None, "negative_seq"
