@@ -1,0 +1,57 @@
+"""Shared fixtures: one broker per test session.
+
+`broker` is real Apache Kafka (testcontainers, apache/kafka:3.8.0) when a Docker engine answers,
+else the embedded Tansu broker. TXBUFFER_TEST_BROKER=embedded|kafka forces one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+
+KAFKA_IMAGE = "apache/kafka:3.8.0"
+
+
+@dataclass
+class BrokerHandle:
+    bootstrap: str
+    kind: str  # "embedded" or "apache-kafka"
+
+
+def _docker_reachable() -> str | None:
+    """None when a Docker engine answers a ping, else the reason."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:  # missing SDK, socket or daemon all mean "no engine"
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def broker():
+    wanted = os.environ.get("TXBUFFER_TEST_BROKER", "auto")
+    reason = _docker_reachable() if wanted != "embedded" else "forced embedded"
+    if reason is None:
+        from testcontainers.kafka import KafkaContainer
+
+        container = KafkaContainer(KAFKA_IMAGE).with_kraft()
+        container.start()
+        try:
+            yield BrokerHandle(container.get_bootstrap_server(), "apache-kafka")
+        finally:
+            container.stop()
+        return
+    if wanted == "kafka":
+        pytest.skip(f"TXBUFFER_TEST_BROKER=kafka but no Docker engine is reachable ({reason})")
+    from processor.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as embedded:
+        yield BrokerHandle(embedded.bootstrap, "embedded")
