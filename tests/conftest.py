@@ -11,9 +11,6 @@ from dataclasses import dataclass
 
 import pytest
 
-KAFKA_IMAGE = "apache/kafka:3.8.0"
-
-
 @dataclass
 class BrokerHandle:
     bootstrap: str
@@ -35,15 +32,25 @@ def _docker_reachable() -> str | None:
     return None
 
 
+def _apache_kafka_container():
+    """The apache/kafka adaptation of testcontainers' KafkaContainer, shared with its smoke test."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent / "integration" / "test_testcontainers_kafka.py"
+    spec = importlib.util.spec_from_file_location("_txbuffer_tc_kafka", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.apache_kafka_container()
+
+
 @pytest.fixture(scope="session")
 def broker():
     wanted = os.environ.get("TXBUFFER_TEST_BROKER", "auto")
     reason = _docker_reachable() if wanted != "embedded" else "forced embedded"
     if reason is None:
-        from testcontainers.kafka import KafkaContainer
-
-        container = KafkaContainer(KAFKA_IMAGE).with_kraft()
-        container.start()
+        container = _apache_kafka_container()
+        container.start(timeout=120)
         try:
             yield BrokerHandle(container.get_bootstrap_server(), "apache-kafka")
         finally:
