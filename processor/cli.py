@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "processor.commands.run_cmd",
     "processor.commands.generate_cmd",
     "processor.commands.demo_cmd",
+    "processor.commands.replay_cmd",
 ]
 
 
