@@ -98,7 +98,7 @@ class WorkloadGenerator:
                  savepoint_rate: float = 0.03, subtxn_abort_rate: float = 0.01, undo_rate: float = 0.02,
                  lob_rate: float = 0.2, ddl_rate: float = 0.001, restart_rate: float = 0.001,
                  duplicate_rate: float = 0.002, implicit_begin_rate: float = 0.05,
-                 tables: Iterable[str] = tuple(TABLES), keys_per_table: int = 2000, huge_txn_size: int = 0,
+                 tables: Iterable[str] = tuple(TABLES), keys_per_table: int = 10_000, huge_txn_size: int = 0,
                  heartbeat_every: int = 1000, expected_dir: str | Path | None = None, xid_prefix: str | None = None):
         self.params = {k: v for k, v in locals().items() if k not in ("self", "expected_dir", "tables")}
         self.params["tables"] = list(tables)
@@ -307,7 +307,7 @@ class WorkloadGenerator:
     def _row_change(self, txn: _Txn, spec: TableSpec) -> Iterator[dict]:
         rng = self.rng
         keys = self.keys_per_table if spec is not BULK_TABLE else max(1, min(self.huge_size, 50_000))
-        for _ in range(3):  # skip rows locked by other transactions, as the database would make us wait
+        for _ in range(5):  # skip rows locked by other transactions, as the database would make us wait
             pk = int(rng.random() * keys)
             owner = self.locks.get((spec.name, pk))
             if owner is None or owner is txn:
