@@ -62,3 +62,27 @@ def broker():
 
     with EmbeddedBroker() as embedded:
         yield BrokerHandle(embedded.bootstrap, "embedded")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One real local SparkSession for the session (the JVM start-up is the cost)."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
+    pytest.importorskip("pyarrow", reason="pyarrow is required by the Spark stage")
+    from processor.spark.job import spark_session
+
+    session = spark_session(app="txbuffer-tests", shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def changes_topic(broker):
+    """A fresh 3-partition changes topic per test."""
+    import uuid
+
+    from processor.kafka_util import ensure_topics
+
+    name = f"changes-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker.bootstrap, {name: 3})
+    return name
