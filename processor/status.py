@@ -138,7 +138,8 @@ class ReadOnlyRocksStore(RocksStore):
     It sees what was durable (flushed or in the WAL) when it was opened.
     """
 
-    def __init__(self, path: str | Path) -> None:  # noqa: super().__init__ would create and lock
+    def __init__(self, path: str | Path) -> None:
+        # Not super().__init__(): that creates the directory and takes the writer's lock.
         from rocksdict import AccessType, Options, Rdict
 
         self.path = Path(path)
@@ -226,7 +227,10 @@ def render(status: Status) -> str:
     body = [[("-" if getattr(r, f) is None else fmt(getattr(r, f))) for _, f, fmt in _COLUMNS]
             for r in status.partitions]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) for c, w in zip(cells, widths)).rstrip()
+
     out = [f"source: {status.source}", line(header), *map(line, body)]
     if not body:
         out.append("(no partitions)")
