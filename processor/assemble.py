@@ -1,10 +1,13 @@
 """Turning a committed transaction's buffered events into ChangeEvents, streamed from the store.
 
 Only one change and its fragments are in memory at a time, whatever the transaction's size.
+Changes without fragments are spliced: their key/before/after/ddl bytes are copied from the raw
+event (events.encode_change_spliced) instead of being decoded and re-encoded.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from . import events as ev
@@ -14,56 +17,71 @@ from .fragments import apply_fragment
 from .txn import Txn
 
 
-def iter_changes(store: Store, txn: Txn) -> Iterator[dict]:
+@dataclass(slots=True)
+class Change:
+    """One surviving change: its routing fields, and either its raw body bytes or, once fragments
+    changed it, the decoded event."""
+
+    fields: dict
+    raw: bytes
+    body_at: int
+    decoded: dict | None = None
+
+    @property
+    def key(self) -> dict | None:
+        if self.decoded is not None:
+            return self.decoded["key"]
+        return ev.decode_key_at(self.raw, self.body_at)
+
+
+def iter_changes(store: Store, txn: Txn) -> Iterator[Change]:
     """Surviving changes after the emit cursor, in seq order, with fragments merged."""
     begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
     end = keys.upper_bound(txn.prefix + keys.EVENT)
     for _, raw in store.scan(begin, end):
-        change = ev.decode_raw(raw)
-        if change["op"] in ev.FRAGMENT_OPS:
+        fields, body_at = ev.decode_routing(raw)
+        op = fields["op"]
+        if op in ev.FRAGMENT_OPS:
             continue  # merged into its target below
-        _merge_fragments(store, txn, change)
+        change = Change(fields, raw, body_at)
+        if txn.fragments and op in ev.ROW_OPS:
+            _merge_fragments(store, txn, change)
         yield change
 
 
-def _merge_fragments(store: Store, txn: Txn, change: dict) -> None:
-    prefix = keys.fragment_prefix(txn.prefix, change["seq"])
+def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
+    prefix = keys.fragment_prefix(txn.prefix, change.fields["seq"])
     for pointer, _ in store.scan_prefix(prefix):
         raw = store.get(keys.event_key(txn.prefix, keys.seq_of(pointer)))
         if raw is None:
             continue  # the fragment itself was rolled back
         fragment = ev.decode_raw(raw)
-        after = dict(change["after"] or {})
+        if change.decoded is None:
+            change.decoded = ev.decode_raw(change.raw)
+        after = dict(change.decoded["after"] or {})
         column = fragment["lob_column"]
         after[column] = apply_fragment(after.get(column), fragment)
-        change["after"] = after
+        change.decoded["after"] = after
 
 
-def change_event(change: dict, txn: Txn, total_order: int, collection_order: int) -> dict:
-    """The ChangeEvent (Debezium envelope) of one surviving change."""
+def change_event_bytes(change: Change, txn: Txn, total_order: int, collection_order: int) -> bytes:
+    """The ChangeEvent (Debezium envelope) of one surviving change, Avro-encoded."""
+    f = change.fields
     commit = txn.commit
-    return {
-        "event_id": ev.event_id(commit.thread, commit.scn, txn.xid, change["seq"]),
-        "op": ev.ENVELOPE_OP[change["op"]],
-        "ts_ms": change["ts_ms"],
-        "key": change["key"],
-        "before": change["before"],
-        "after": change["after"],
-        "ddl": change["ddl"],
+    head = {"event_id": ev.event_id(commit.thread, commit.scn, txn.xid, f["seq"]),
+            "op": ev.ENVELOPE_OP[f["op"]], "ts_ms": f["ts_ms"]}
+    tail = {
         "source": {
-            "table": change["table"],
-            "xid": txn.xid,
-            "seq": change["seq"],
-            "scn": change["scn"],
-            "commit_scn": commit.scn,
-            "commit_ts_ms": commit.ts_ms,
-            "thread": commit.thread,
-            "user": txn.user,
-            "row_id": change["row_id"],
-            "attrs": change["attrs"],
+            "table": f["table"], "xid": txn.xid, "seq": f["seq"], "scn": f["scn"],
+            "commit_scn": commit.scn, "commit_ts_ms": commit.ts_ms, "thread": commit.thread,
+            "user": txn.user, "row_id": f["row_id"], "attrs": f["attrs"],
         },
         "transaction": {"id": txn.xid, "total_order": total_order, "data_collection_order": collection_order},
     }
+    if change.decoded is None:
+        return ev.encode_change_spliced(head, memoryview(change.raw)[change.body_at:], tail)
+    d = change.decoded
+    return ev.encode_change({**head, "key": d["key"], "before": d["before"], "after": d["after"], "ddl": d["ddl"], **tail})
 
 
 def transaction_event(status: str, txn: Txn, ordering: str, event_count: int | None = None,

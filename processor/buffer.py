@@ -45,6 +45,10 @@ class Store(ABC):
         """Ascending (key, value) with begin <= key < end, streamed (never materialised)."""
 
     @abstractmethod
+    def scan_reverse(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Descending (key, value) with begin <= key < end, streamed."""
+
+    @abstractmethod
     def last_before(self, begin: bytes, end: bytes) -> bytes | None:
         """The greatest key k with begin <= k < end, in O(log n)."""
 
@@ -105,6 +109,12 @@ class MemoryStore(Store):
     def scan(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         # Snapshot the keys so callers may write while iterating, as with a RocksDB iterator.
         for key in list(self.data.irange(begin, end, inclusive=(True, False))):
+            value = self.data.get(key)
+            if value is not None:
+                yield key, value
+
+    def scan_reverse(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key in list(self.data.irange(begin, end, inclusive=(True, False), reverse=True)):
             value = self.data.get(key)
             if value is not None:
                 yield key, value
@@ -186,6 +196,17 @@ class RocksStore(Store):
                 break
             yield key, it.value()
             it.next()
+
+    def scan_reverse(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self.db.iter()
+        it.seek_for_prev(end)
+        while it.valid():
+            key = it.key()
+            if key < begin:
+                break
+            if key < end:
+                yield key, it.value()
+            it.prev()
 
     def last_before(self, begin: bytes, end: bytes) -> bytes | None:
         it = self.db.iter()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from . import events as ev
-from .assemble import change_event, iter_changes, transaction_event
+from .assemble import change_event_bytes, iter_changes, transaction_event
 from .engine import PartitionEngine
 from .txn import Txn
 
@@ -67,15 +67,16 @@ class Emitter:
         self.sink.send_transaction(key, ev.encode_transaction(transaction_event("BEGIN", txn, self.ordering)),
                                    self._check)
         for change in iter_changes(engine.store, txn):
-            table = change["table"] or ""
+            fields = change.fields
+            table = fields["table"] or ""
             em.produced += 1
             em.tables[table] = em.tables.get(table, 0) + 1
             order = em.produced
-            em.inflight.append((order, change["seq"], table))
-            value = ev.encode_change(change_event(change, txn, order, em.tables[table]))
-            ckey = ev.change_key(change["table"], change["key"])
+            em.inflight.append((order, fields["seq"], table))
+            value = change_event_bytes(change, txn, order, em.tables[table])
+            ckey = ev.change_key(fields["table"], change.key)
             self.sink.send_change(ckey, value, lambda err, em=em, order=order: self._change_acked(em, order, err))
-            if self.tombstones and change["op"] == ev.DELETE:
+            if self.tombstones and fields["op"] == ev.DELETE:
                 self.sink.send_change(ckey, None, self._check)
             self.changes_emitted += 1
         em.all_sent = True

@@ -112,18 +112,6 @@ def validate(e: dict) -> str | None:
     return None
 
 
-def row_identities(e: dict) -> list[str]:
-    """Index names of a row change: by row_id (undo, Oracle fragments) and by table+key."""
-    rows = []
-    if e["row_id"]:
-        rows.append("r:" + e["row_id"])
-    if e["key"]:
-        rows.append("k:" + ev.change_key(e["table"], e["key"]).decode())
-    return rows
-
-
-def fragment_row(e: dict) -> str:
-    return "r:" + e["row_id"] if e["row_id"] else "k:" + ev.change_key(e["table"], e["key"]).decode()
 
 
 class PartitionEngine:
@@ -239,9 +227,8 @@ class PartitionEngine:
         put = self.batch.put
         put(keys.event_key(txn.prefix, seq), value)
         sb = keys.seq_bytes(seq)
-        if e["op"] in ev.ROW_OPS:
-            for row in row_identities(e):
-                put(keys.row_prefix(txn.prefix, row) + sb, b"")
+        if e["row_id"] and e["op"] in ev.ROW_OPS:
+            put(keys.row_prefix(txn.prefix, e["row_id"]) + sb, b"")
         if e["subxid"] is not None:
             put(keys.subxid_prefix(txn.prefix, e["subxid"]) + sb, b"")
         txn.events += 1
@@ -249,10 +236,10 @@ class PartitionEngine:
         self.stats.changes += 1
         return []
 
-    def _newest_surviving(self, txn: Txn, row: str, before_seq: int) -> int | None:
-        """Seq of the newest buffered row change of `row` with seq < before_seq: O(log n) seeks."""
+    def _newest_surviving(self, txn: Txn, row_id: str, before_seq: int) -> int | None:
+        """Seq of the newest buffered change with this row_id and seq < before_seq: O(log n) seeks."""
         self.flush_data()
-        prefix = keys.row_prefix(txn.prefix, row)
+        prefix = keys.row_prefix(txn.prefix, row_id)
         end = prefix + keys.seq_bytes(before_seq)
         while True:
             found = self.store.last_before(prefix, end)
@@ -267,7 +254,7 @@ class PartitionEngine:
         if txn.filtered or self.filters.table_excluded(e["table"]):
             self.stats.filtered_changes += 1
             return []
-        target = self._newest_surviving(txn, "r:" + e["row_id"], e["seq"])
+        target = self._newest_surviving(txn, e["row_id"], e["seq"])
         if target is None:
             return self._dead(offset, key, value, f"undo row: no earlier change with row_id {e['row_id']!r} in {txn.xid}")
         self.batch.delete(keys.event_key(txn.prefix, target))
@@ -278,11 +265,12 @@ class PartitionEngine:
         if txn.filtered or self.filters.table_excluded(e["table"]):
             self.stats.filtered_changes += 1
             return []
-        target = self._newest_surviving(txn, fragment_row(e), e["seq"])
-        if target is not None:
-            target_event = ev.decode_raw(self.store.get(keys.event_key(txn.prefix, target)))
-            if target_event["op"] == ev.DELETE:
+        if e["row_id"]:
+            target = self._newest_surviving(txn, e["row_id"], e["seq"])
+            if target is not None and ev.decode_routing(self.store.get(keys.event_key(txn.prefix, target)))[0]["op"] == ev.DELETE:
                 target = None
+        else:
+            target = self._newest_change_of_key(txn, e["table"], e["key"], e["seq"])
         if target is None:
             return self._dead(offset, key, value, f"{e['op']}: no preceding INSERT/UPDATE of the row in {txn.xid}")
         seq = e["seq"]
@@ -291,7 +279,20 @@ class PartitionEngine:
         if e["subxid"] is not None:
             self.batch.put(keys.subxid_prefix(txn.prefix, e["subxid"]) + keys.seq_bytes(seq), b"")
         txn.bytes += len(value)
+        txn.fragments += 1
+        self._dirty.add(txn.xid)
         return []
+
+    def _newest_change_of_key(self, txn: Txn, table: str, key: dict, before_seq: int) -> int | None:
+        """Seq of the newest INSERT/UPDATE of (table, key) before before_seq, None if a DELETE or
+        nothing comes first. Scans back from the fragment, which sources write right after its
+        change, so this reads a handful of events and keeps the per-change path free of an index."""
+        self.flush_data()
+        for _, raw in self.store.scan_reverse(txn.prefix + keys.EVENT, keys.event_key(txn.prefix, before_seq)):
+            e = ev.decode_raw(raw)
+            if e["op"] in ev.ROW_OPS and e["table"] == table and e["key"] == key and not e["undo"]:
+                return None if e["op"] == ev.DELETE else e["seq"]
+        return None
 
     def _rollback_to_savepoint(self, txn: Txn, offset: int, key, value, e: dict) -> list:
         name = e["savepoint"]
@@ -350,6 +351,11 @@ class PartitionEngine:
         self._drop_all(txn)
         self._finish(xid, offset, ABANDONED)
         self.stats.abandoned += 1
+
+    def mark_completed(self, xid: str, offset: int) -> None:
+        """Record a transaction another run already emitted (rebuilt from its END record)."""
+        if xid not in self.completed and xid not in self.open and xid not in self.pending:
+            self._finish(xid, offset, COMMITTED)
 
     def cursor_moved(self, txn: Txn) -> None:
         self._dirty.add(txn.xid)

@@ -146,3 +146,61 @@ def _json_default(value: Any) -> str:
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# ----------------------------------------------------------------------------- fast paths
+# Avro encodes a record as the concatenation of its fields. Schemas made of a record's first
+# fields therefore read just that prefix, and a ChangeEvent can be assembled from fastavro-encoded
+# parts: head fields + the raw event's trailing key/before/after/ddl bytes + tail fields.
+
+_BODY_FIELDS = ("key", "before", "after", "ddl")
+
+
+def _sub_schema(name: str, source: str, fields: slice) -> Any:
+    with open(SCHEMA_DIR / f"{source}.avsc", encoding="utf-8") as f:
+        doc = json.load(f)
+    return fastavro.parse_schema({"type": "record", "name": name, "namespace": "txbuffer.part",
+                                  "fields": doc["fields"][fields]})
+
+
+@lru_cache(maxsize=None)
+def _parts() -> dict:
+    with open(SCHEMA_DIR / "raw_event.avsc", encoding="utf-8") as f:
+        raw_names = [fld["name"] for fld in json.load(f)["fields"]]
+    with open(SCHEMA_DIR / "change_event.avsc", encoding="utf-8") as f:
+        change_names = [fld["name"] for fld in json.load(f)["fields"]]
+    body_at = raw_names.index("key")
+    change_body_at = change_names.index("key")
+    # The splice is only valid while both schemas keep these fields last/adjacent in this order.
+    assert tuple(raw_names[body_at:]) == _BODY_FIELDS, raw_names
+    assert tuple(change_names[change_body_at:change_body_at + 4]) == _BODY_FIELDS, change_names
+    return {
+        "routing": _sub_schema("RawRouting", "raw_event", slice(0, body_at)),
+        "key": _sub_schema("RawKey", "raw_event", slice(body_at, body_at + 1)),
+        "head": _sub_schema("ChangeHead", "change_event", slice(0, change_body_at)),
+        "tail": _sub_schema("ChangeTail", "change_event", slice(change_body_at + 4, None)),
+    }
+
+
+def decode_routing(data: bytes) -> tuple[dict, int]:
+    """The RawEvent fields before key/before/after/ddl, and the offset where `key` starts."""
+    buf = io.BytesIO(data)
+    try:
+        head = fastavro.schemaless_reader(buf, _parts()["routing"], None)
+    except Exception as exc:
+        raise DecodeError(f"undecodable Avro: {type(exc).__name__}: {exc}") from exc
+    return head, buf.tell()
+
+
+def decode_key_at(data: bytes, position: int) -> dict | None:
+    return fastavro.schemaless_reader(io.BytesIO(memoryview(data)[position:]), _parts()["key"], None)["key"]
+
+
+def encode_change_spliced(head: dict, body: bytes | memoryview, tail: dict) -> bytes:
+    """ChangeEvent bytes from {event_id, op, ts_ms}, the raw key..ddl bytes and {source, transaction}."""
+    parts = _parts()
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parts["head"], head)
+    buf.write(body)
+    fastavro.schemaless_writer(buf, parts["tail"], tail)
+    return buf.getvalue()

@@ -20,6 +20,7 @@ from .buffer import RocksStore
 from .config import ProcessorConfig
 from .emitter import Emitter
 from .engine import Committed, DeadLetter, Filters, PartitionEngine
+from .index_rebuild import completed_from_end_records
 from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
 from .partitions import PartitionState, Phase, restore_partition
 from .sink import KafkaSink
@@ -85,6 +86,7 @@ class Runner:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
         assign = []
+        rebuild: dict[int, tuple[PartitionEngine, int]] = {}
         for tp in partitions:
             p = tp.partition
             state = PartitionState(p)
@@ -94,6 +96,8 @@ class Runner:
             c = None if c is None or c < 0 or c == OFFSET_INVALID else c
             restored = restore_partition(p, self.store, self.filters, self.cfg.completed_index_min_entries, c, low)
             start = restored.start_offset
+            if restored.source != "local":
+                rebuild[p] = (restored.engine, start)
             if start < low:
                 start = self._lost_state(p, start, low, restored.engine)
             state.engine = restored.engine
@@ -103,7 +107,16 @@ class Runner:
             log.info("partition.assigned", partition=p, source=restored.source, start_offset=start,
                      committed=c, open_txns=len(restored.engine.open), pending=len(restored.engine.pending))
             assign.append(TopicPartition(self.cfg.raw_topic, p, start))
+        if rebuild:
+            self._rebuild_completed_index(rebuild)
         consumer.incremental_assign(assign)
+
+    def _rebuild_completed_index(self, rebuild: dict[int, tuple[PartitionEngine, int]]) -> None:
+        found = completed_from_end_records(self.cfg.bootstrap, self.cfg.transactions_topic,
+                                           {p: start for p, (_, start) in rebuild.items()})
+        for p, (engine, _) in rebuild.items():
+            for xid, commit_offset in sorted(found[p].items(), key=lambda kv: kv[1]):
+                engine.mark_completed(xid, commit_offset)
 
     def _lost_state(self, partition: int, start: int, log_start: int, engine: PartitionEngine) -> int:
         lost = log_start - start

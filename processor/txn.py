@@ -39,6 +39,7 @@ class Txn:
     savepoints: list = field(default_factory=list)  # [(name, seq)], innermost last
     events: int = 0
     bytes: int = 0
+    fragments: int = 0  # > 0: assembly must look for fragments to merge
     commit: Commit | None = None
     # Emit cursor: everything up to acked_seq is acknowledged by the broker (Debezium's txSeq).
     acked_seq: int = -1
