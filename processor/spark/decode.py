@@ -3,14 +3,13 @@
 Row maps (`key`, `before`, `after`) hold a typed union per column (null, boolean, long, double,
 string, bytes). Spark has no such union type, so they become **type-preserving JSON strings**:
 null/true/false, integers as JSON integers, doubles always with a fraction or exponent (1.0),
-strings as JSON strings, and bytes as `{"$bytes": "<base64>"}` (the union has no map branch, so
-an object can only mean bytes). Keys are sorted, so `key` is also a canonical primary-key
-identity usable for joins and grouping. `row_from_json` inverts the encoding exactly.
+strings as JSON strings, and bytes as `{"$bytes": "<hex>"}` (the union has no map branch, so
+an object can only mean bytes). Keys are sorted and separators compact, so `key` is a canonical
+primary-key identity, byte-for-byte `processor.expected.key_string`. `row_from_json` inverts it.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 from typing import Any, Iterator
@@ -47,7 +46,7 @@ CHANGE_COLUMNS = StructType([
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(value).decode()}
+        return {"$bytes": value.hex()}
     if isinstance(value, float) and not math.isfinite(value):
         return {"$double": repr(value)}  # JSON has no NaN/inf
     return value
@@ -62,7 +61,7 @@ def row_to_json(row: dict | None) -> str | None:
 def _typed(value: Any) -> Any:
     if isinstance(value, dict):
         if "$bytes" in value:
-            return base64.b64decode(value["$bytes"])
+            return bytes.fromhex(value["$bytes"])
         return float(value["$double"])
     return value
 

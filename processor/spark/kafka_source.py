@@ -277,7 +277,7 @@ def read_range(bootstrap: str, part: KafkaRange, fail_on_data_loss: bool = True,
         last_progress = time.monotonic()
         while pos < part.end:
             # consume() waits the whole timeout when fewer than n records remain: cap n.
-            msgs = consumer.consume(min(10_000, part.end - pos), 0.5)
+            msgs = consumer.consume(min(10_000, part.end - pos, chunk - len(rows)), 0.5)
             for msg in msgs:
                 err = msg.error()
                 if err is not None:

@@ -93,3 +93,10 @@ def compare_state(output: str | os.PathLike, expected: dict[str, list[tuple[dict
         if any(d.values()):
             diffs[table] = d
     return diffs
+
+
+def compare_with_summary(output: str | os.PathLike, expected_dir: str | os.PathLike) -> dict[str, Any]:
+    """Diff current state against a generator's summary.json `final_state` (empty dict: equal)."""
+    from processor.expected import read_summary
+
+    return compare_state(output, read_summary(expected_dir)["final_state"])
