@@ -70,6 +70,16 @@ class ExpectedWriter:
         self._transactions.write(dumps({"xid": xid, "commit_scn": commit_scn, "commit_ts_ms": commit_ts_ms,
                                         "event_count": n, "data_collections": collections}) + "\n")
 
+    def write_committed(self, txn: Any) -> None:
+        """Write a committed transaction of the reference model (processor.reference.CommittedTransaction)."""
+        bodies = [(c["source"]["seq"], dumps({
+            "xid": txn.xid, "seq": c["source"]["seq"], "table": c["source"]["table"], "op": c["op"], "key": c["key"],
+            "before": c["before"], "after": c["after"], "ddl": c["ddl"]})) for c in txn.changes]
+        counts: dict[str, int] = {}
+        for c in txn.changes:
+            counts[c["source"]["table"] or ""] = counts.get(c["source"]["table"] or "", 0) + 1
+        self.write_transaction(txn.xid, txn.commit_scn, txn.commit_ts_ms, txn.thread, bodies, counts)
+
     def close(self, summary: dict) -> None:
         self._changes.close()
         self._transactions.close()
