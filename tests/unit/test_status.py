@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import structlog
 from prometheus_client import generate_latest
 
 from processor import events as ev
@@ -14,6 +15,14 @@ from processor.metrics import Metrics
 from processor.status import from_metrics_text, from_state_dir
 
 from ..enginekit import R, ins, new_run
+
+
+@pytest.fixture(autouse=True)
+def keep_log_config():
+    """cli.main() points structlog at the captured stderr; later tests must not log into it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture
