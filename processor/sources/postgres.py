@@ -67,7 +67,10 @@ class Ack:
 class PgMapper:
     """Turns one replication session's pgoutput messages into RawEvents."""
 
-    def __init__(self) -> None:
+    def __init__(self, primary_key: Callable[[int], list[str] | None] | None = None) -> None:
+        # With REPLICA IDENTITY FULL pgoutput flags every column as key: the catalog knows the real one.
+        self.primary_key = primary_key
+        self.keys: dict[int, list[str]] = {}
         self.relations: dict[int, pg.Relation] = {}
         self.types: dict[int, str] = {}
         self.stats: Counter = Counter()
@@ -167,6 +170,10 @@ class PgMapper:
     def _relation(self, rel: pg.Relation, lsn: int) -> list[dict]:
         old = self.relations.get(rel.relid)
         self.relations[rel.relid] = rel
+        keys = [c.name for c in rel.columns if c.key]
+        if rel.replica_identity == "f" and self.primary_key is not None:
+            keys = self.primary_key(rel.relid) or keys
+        self.keys[rel.relid] = keys
         if old is None or old.shape() == rel.shape():
             return []
         # DDL is not decoded; a changed Relation is how it shows. Describe the new shape.
@@ -198,7 +205,7 @@ class PgMapper:
             return [self._event(xid, ev.TRUNCATE, lsn, table=self._rel(r).table, subxid=subxid,
                                 attrs={"truncate_options": str(msg.options)}) for r in msg.relids]
         rel = self._rel(msg.relid)
-        keys = [c.name for c in rel.columns if c.key]
+        keys = self.keys[rel.relid]
         attrs: dict[str, str] = {}
         if isinstance(msg, pg.Insert):
             op, before, after = ev.INSERT, None, self._row(rel, msg.new)
@@ -287,8 +294,9 @@ class PostgresCapture:
         self.dsn, self.writer, self.slot, self.publication = dsn, writer, slot, publication
         self.ack_interval_s, self.heartbeat_interval_s = ack_interval_s, heartbeat_interval_s
         self.reconnect_delay_s = reconnect_delay_s
-        self.mapper = PgMapper()
+        self.mapper = PgMapper(self._primary_key)
         self.clock = clock
+        self._catalog = None
         self._stop = threading.Event()
         self.pending: Ack | None = None      # newest end LSN whose events are written, not yet flushed
         self.acked_lsn = 0
@@ -298,6 +306,18 @@ class PostgresCapture:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _primary_key(self, relid: int) -> list[str] | None:
+        import psycopg2
+
+        if self._catalog is None or self._catalog.closed:
+            self._catalog = psycopg2.connect(self.dsn)
+            self._catalog.autocommit = True
+        with self._catalog.cursor() as cur:
+            cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
+                        "ORDER BY array_position(i.indkey::int2[], a.attnum)", (relid,))
+            return [r[0] for r in cur.fetchall()] or None
 
     def run(self) -> None:
         import psycopg2
