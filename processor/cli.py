@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "processor.commands.generate_cmd",
     "processor.commands.demo_cmd",
     "processor.commands.replay_cmd",
+    "processor.commands.capture_cmd",
     "processor.commands.status_cmd",
 ]
 
