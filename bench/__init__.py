@@ -1,0 +1,1 @@
+"""The benchmark harness (`make bench`, `python -m bench.run`); not part of the test suite."""

