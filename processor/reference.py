@@ -8,13 +8,15 @@ the committed transactions, the DLQ decisions and the watermarks.
 Choices the contract leaves open (the engine should agree; change both or neither):
 - Record checks (undecodable, wrong type, negative seq or LOB position, empty xid, a field the op
   needs) run first, for every record, so a malformed late event is dead-lettered, not counted late.
-- An undo row needs only `row_id`; LOB_ERASE and LOB_TRIM also need `lob_length`.
+- Empty strings and maps count as missing. An undo row needs only `row_id`. A fragment needs
+  `row_id`, or `table` and `key`; LOB_ERASE also needs `lob_offset` and `lob_length`, LOB_TRIM
+  `lob_length`.
 - Table filters apply only to events that carry a table; undo rows and fragments of an excluded
   table are ignored like its changes.
 - A transaction becomes filtered as soon as its user or client is known to be excluded; from then
   on its events are ignored (no semantic DLQ). At COMMIT a non-empty include list also filters a
   transaction that never carried a user (or client).
-- A null `lob_offset` means the end of the value for every fragment op.
+- A bytes piece written into a string value (or the reverse) converts the value to the piece's type.
 - `data_collections` and `data_collection_order` group a change without a table under "".
 """
 
@@ -37,7 +39,7 @@ _ROW_FIELDS = ("table", "key")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     INSERT: _ROW_FIELDS, UPDATE: _ROW_FIELDS, DELETE: _ROW_FIELDS, TRUNCATE: ("table",), DDL: ("ddl",),
     **{op: ("lob_column",) for op in FRAGMENT_OPS},
-    LOB_ERASE: ("lob_column", "lob_length"), LOB_TRIM: ("lob_column", "lob_length"),
+    LOB_ERASE: ("lob_column", "lob_offset", "lob_length"), LOB_TRIM: ("lob_column", "lob_length"),
     SAVEPOINT: ("savepoint",), ROLLBACK_TO_SAVEPOINT: ("savepoint",), SUBTXN_ABORT: ("subxid",),
 }
 
@@ -305,9 +307,11 @@ def check_record(event: dict | bytes) -> tuple[dict | None, str | None]:
     if op != HEARTBEAT and not event["xid"]:
         return None, "missing_field: xid"
     needed = ("row_id",) if event["undo"] and op in events.CHANGE_OPS else REQUIRED_FIELDS.get(op, ())
-    missing = [name for name in needed if event[name] is None]
+    missing = [name for name in needed if event[name] is None or event[name] in ("", {})]
     if missing:
         return None, f"missing_field: {', '.join(missing)} (op {op})"
+    if op in FRAGMENT_OPS and not event["row_id"] and not (event["table"] and event["key"]):
+        return None, "missing_field: row_id, or table and key (fragment)"
     if op in FRAGMENT_OPS and any((event[f] or 0) < 0 for f in ("lob_offset", "lob_length")):
         return None, "negative_lob_position"
     return event, None
@@ -322,13 +326,13 @@ def _same_row(fragment: dict, change: dict) -> bool:
 def apply_fragment(value: str | bytes | None, fragment: dict) -> str | bytes:
     """One fragment's effect on a LOB/XML/long-string value (the table in docs/semantics.md)."""
     data = fragment["lob_data"]
-    binary = isinstance(value, bytes) if value is not None else isinstance(data, bytes)
+    binary = isinstance(data, bytes) if data is not None else isinstance(value, bytes)
     empty, fill = (b"", b"\x00") if binary else ("", " ")
     v = empty if value is None else value
     if data is None:
         data = empty
-    elif isinstance(data, bytes) != binary:  # a str piece into a BLOB or the reverse: keep the column's type
-        data = data.encode() if binary else data.decode("utf-8", "replace")
+    elif isinstance(v, bytes) != binary:  # a bytes piece into a CLOB value or the reverse: the piece's type wins
+        v = v.encode() if binary else v.decode("utf-8", "replace")
     off = len(v) if fragment["lob_offset"] is None else fragment["lob_offset"]
     op = fragment["op"]
     if op == LOB_TRIM:

@@ -78,25 +78,34 @@ def _sorted(row: dict | None) -> list | None:
 
 
 def verify(bootstrap: str, expected_dir: str | Path, changes_topic: str = "txbuffer.changes",
-           transactions_topic: str = "txbuffer.transactions", timeout_s: float = 120.0) -> VerifyReport:
+           transactions_topic: str = "txbuffer.transactions", ordering: str = "partition",
+           timeout_s: float = 120.0) -> VerifyReport:
+    """ordering: the processor's setting. "partition" promises per-key commit order only among
+    transactions of one input partition (END records say which); "global" promises it for all."""
+    if ordering not in ("partition", "global"):
+        raise ValueError(f"ordering must be 'partition' or 'global', not {ordering!r}")
     report = VerifyReport()
+    expected_counts = {f"{t['xid']}@{t['commit_scn']}": t["event_count"] for t in read_transactions(expected_dir)}
+    report.expected_transactions = len(expected_counts)
+    input_partitions = _check_transactions(report, expected_counts,
+                                           read_topic(bootstrap, transactions_topic, timeout_s))
+
     expected: dict[str, bytes] = {}
     for line in read_changes(expected_dir):
         expected[line["event_id"]] = content_digest(line["op"], line["table"], line["key"], line["before"],
                                                     line["after"], line["ddl"])
     report.expected = len(expected)
-    _check_changes(report, expected, read_topic(bootstrap, changes_topic, timeout_s))
-
-    expected_counts = {f"{t['xid']}@{t['commit_scn']}": t["event_count"] for t in read_transactions(expected_dir)}
-    report.expected_transactions = len(expected_counts)
-    _check_transactions(report, expected_counts, read_topic(bootstrap, transactions_topic, timeout_s))
+    order_scope = input_partitions if ordering == "partition" else {}
+    _check_changes(report, expected, read_topic(bootstrap, changes_topic, timeout_s), order_scope)
     return report
 
 
 def _check_changes(report: VerifyReport, expected: dict[str, bytes],
-                   records: Iterator[tuple[int, int, bytes | None, bytes | None]]) -> None:
+                   records: Iterator[tuple[int, int, bytes | None, bytes | None]],
+                   order_scope: dict[str, int | None]) -> None:
     seen: set[str] = set()
-    last_position: dict[tuple[int, bytes | None], tuple[int, int, str]] = {}  # (partition, key) -> newest
+    # (output partition, Kafka key, input partition or None) -> newest (commit_scn, seq, event_id)
+    last_position: dict[tuple[int, bytes | None, int | None], tuple[int, int, str]] = {}
     for partition, offset, key, value in records:
         if value is None:
             report.tombstones += 1
@@ -118,12 +127,13 @@ def _check_changes(report: VerifyReport, expected: dict[str, bytes],
             report.mismatches += 1
             report.note("mismatches", event_id)
         position = (source["commit_scn"], source["seq"], event_id)
-        previous = last_position.get((partition, key))
+        scope = (partition, key, order_scope.get(f"{source['xid']}@{source['commit_scn']}"))
+        previous = last_position.get(scope)
         if previous is not None and position[:2] < previous[:2]:
             report.order_violations += 1
             report.note("order_violations", f"p{partition}@{offset}: {event_id} after {previous[2]}")
         else:
-            last_position[(partition, key)] = position
+            last_position[scope] = position
     lost = [event_id for event_id in expected if event_id not in seen]
     report.lost = len(lost)
     for event_id in lost[:SAMPLE]:
@@ -131,9 +141,11 @@ def _check_changes(report: VerifyReport, expected: dict[str, bytes],
 
 
 def _check_transactions(report: VerifyReport, expected_counts: dict[str, int],
-                        records: Iterator[tuple[int, int, bytes | None, bytes | None]]) -> None:
+                        records: Iterator[tuple[int, int, bytes | None, bytes | None]]) -> dict[str, int | None]:
+    """Counts BEGIN/END records into the report; returns each transaction's input partition."""
     begins: set[str] = set()
     ends: dict[str, int | None] = {}
+    input_partitions: dict[str, int | None] = {}
     for _, _, _, value in records:
         if value is None:
             continue
@@ -143,6 +155,7 @@ def _check_transactions(report: VerifyReport, expected_counts: dict[str, int],
             begins.add(ident)
         elif record["status"] == "END":
             ends.setdefault(ident, record["event_count"])
+            input_partitions.setdefault(ident, record["input_partition"])
     report.begins, report.ends = len(begins), len(ends)
     for ident, count in ends.items():
         if ident not in expected_counts:
@@ -155,6 +168,7 @@ def _check_transactions(report: VerifyReport, expected_counts: dict[str, int],
     report.missing_ends = len(missing)
     for ident in missing[:SAMPLE]:
         report.note("missing_ends", ident)
+    return input_partitions
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 120.0,

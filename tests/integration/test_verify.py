@@ -160,3 +160,18 @@ def test_generate_command_writes_a_workload_the_reference_model_agrees_with(brok
     routed = fan_out(generate(3000, open_txns=30, seed=2, heartbeat_every=250), 3)
     predicted = sorted((p, o, events.encode_raw(e)) for p, o, e in routed)
     assert [(p, o, v) for p, o, _, v in records] == predicted
+
+
+def test_partition_ordering_only_orders_transactions_of_one_input_partition(broker, topics, committed, tmp_path):
+    write_expected(tmp_path, committed)
+    t1, t2, t3 = committed
+    t2.partition = 1  # t2 came from another raw partition: its END says so
+    (a1, b1, c1), (u1, d2) = t1.changes, t2.changes
+    produce(broker.bootstrap, topics[0], [change_record(c) for c in (u1, d2, a1, b1, c1)])
+    produce(broker.bootstrap, topics[1], transaction_records(committed))
+
+    per_partition = verify(broker.bootstrap, tmp_path, changes_topic=topics[0], transactions_topic=topics[1])
+    assert per_partition.ok and per_partition.order_violations == 0, per_partition.summary()
+    strict = verify(broker.bootstrap, tmp_path, changes_topic=topics[0], transactions_topic=topics[1],
+                    ordering="global")
+    assert strict.order_violations == 1 and not strict.ok

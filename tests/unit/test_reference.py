@@ -252,6 +252,8 @@ def frag(op: str, data=None, offset=None, length=None) -> dict:
     ("abcdef", frag("LOB_TRIM", length=2), "ab"),
     ("ab", frag("LOB_TRIM", length=5), "ab"),
     (None, frag("LOB_TRIM", length=0), ""),
+    ("ab", frag("LOB_WRITE", b"\x01"), b"ab\x01"),                  # the piece's type wins
+    (b"ab", frag("LOB_WRITE", "c"), "abc"),
 ])
 def test_apply_fragment(value, fragment, result):
     assert apply_fragment(value, fragment) == result
@@ -395,6 +397,9 @@ def test_filters_come_from_the_processor_config():
     (ev("x", "LOB_ERASE", 1, table=T, key={"id": 1}, lob_column="c", lob_offset=-1, lob_length=1),
      "negative_lob_position"),
     (ev("x", "DELETE", 1, table=T, key={"id": 1}, undo=True), "missing_field: row_id"),
+    (ev("x", "UPDATE", 1, table=T, key={}), "missing_field: key"),
+    (ev("x", "LOB_ERASE", 1, table=T, key={"id": 1}, lob_column="c", lob_length=1), "missing_field: lob_offset"),
+    (ev("x", "LOB_WRITE", 1, table=T, lob_column="c", lob_data="z"), "missing_field: row_id, or table and key"),
 ])
 def test_bad_records_go_to_dlq_and_the_transaction_continues(record, reason):
     m = run(ins("x", 0, 0), record, ev("x", "COMMIT", 5))
