@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "processor.commands.replay_cmd",
     "processor.commands.capture_cmd",
     "processor.commands.status_cmd",
+    "processor.commands.spark_cmd",
 ]
 
 
