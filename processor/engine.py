@@ -128,6 +128,7 @@ class PartitionEngine:
         self.fifo: deque[tuple[int, str]] = deque()
         self.next_offset = 0
         self.watermark = -1
+        self.last_ts_ms = 0
         self.stats = Stats()
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
@@ -151,6 +152,8 @@ class PartitionEngine:
 
     def apply_decoded(self, offset: int, key: bytes | None, value: bytes, e: dict) -> list:
         op = e["op"]
+        if e["ts_ms"] > self.last_ts_ms:
+            self.last_ts_ms = e["ts_ms"]  # source time: transaction ages are measured in it
         if op == ev.HEARTBEAT:
             self._advance_watermark(e["scn"])
             return []

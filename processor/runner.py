@@ -80,10 +80,17 @@ class Runner:
         self._last_commit = 0.0
         self._committed_lw: dict[int, int] = {}
         self._targets: dict[int, int] | None = None
+        self._closing = False
+        self._last_rebalance = time.monotonic()
+        # A dead member keeps its partitions until its session times out; settle for longer than that.
+        self._settle_s = CONSUMER_DEFAULTS["session.timeout.ms"] / 1000 + 2
 
     # ------------------------------------------------------------------ rebalance
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._last_rebalance = time.monotonic()
+        if self._closing:
+            return  # leaving the group: take nothing on
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
         assign = []
         rebuild: dict[int, tuple[PartitionEngine, int]] = {}
@@ -142,6 +149,7 @@ class Runner:
         return log_start
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._last_rebalance = time.monotonic()
         revoked = [tp.partition for tp in partitions if tp.partition in self.parts]
         for p in revoked:
             self.parts[p].move(Phase.REVOKING)
@@ -190,6 +198,8 @@ class Runner:
                 now = time.monotonic()
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
                     self._commit_offsets()
+                    if self.metrics is not None:
+                        self.metrics.update(self.snapshot())
                 if now - last_log >= 5:
                     last_log = now
                     self._log_progress(now - started)
@@ -208,6 +218,9 @@ class Runner:
         self.stop_requested = True
 
     def _process(self, msgs) -> None:
+        # Transactions a previous run left committed-but-unfinished go out before anything this
+        # batch commits (commit order), and before this batch can add to engine.pending.
+        self._resume_pending()
         committed: list[tuple[PartitionEngine, Txn]] = []
         dead = False
         for msg in msgs:
@@ -233,7 +246,6 @@ class Runner:
                     self.sink.dead_letter(self.cfg.raw_topic, action.partition, action.offset,
                                           action.key, action.value, action.reason)
         self.summary.events += len(msgs)
-        self._resume_pending()
         if committed:
             for engine in {id(e): e for e, _ in committed}.values():
                 engine.flush_data()
@@ -281,9 +293,15 @@ class Runner:
             self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
 
     def _reached_targets(self) -> bool:
+        """Available-now is done when what existed at start is processed on every partition this
+        instance owns, and either it owns them all or the group has settled (no member that died
+        still holds partitions that would come to this one)."""
         if not self.parts or self.to_resume or self.emitter.queue:
             return False
-        return all(state.engine.next_offset >= self._targets.get(p, 0) for p, state in self.parts.items())
+        if not all(state.engine.next_offset >= self._targets.get(p, 0) for p, state in self.parts.items()):
+            return False
+        owns_all = set(self.parts) >= {p for p, end in self._targets.items()}
+        return owns_all or time.monotonic() - self._last_rebalance > self._settle_s
 
     def _log_progress(self, elapsed: float) -> None:
         snap = self.snapshot()
@@ -300,7 +318,10 @@ class Runner:
         for p, state in self.parts.items():
             e = state.engine
             oldest = e.oldest_open()
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, p), cached=True) or (0, -1)
             parts[p] = {"phase": state.phase.value, "next_offset": e.next_offset, "low_watermark": e.low_watermark(),
+                        "lag": max(0, high - e.next_offset) if high is not None and high >= 0 else None,
+                        "oldest_open_age_ms": (e.last_ts_ms - oldest.first_ts_ms) if oldest and oldest.first_ts_ms else None,
                         "open_txns": len(e.open), "pending_txns": len(e.pending), "watermark": e.watermark,
                         "buffered_events": e.buffered_events(), "buffered_bytes": e.buffered_bytes(),
                         "oldest_open_first_offset": oldest.first_offset if oldest else None,
@@ -316,6 +337,7 @@ class Runner:
         }
 
     def close(self) -> None:
+        self._closing = True
         try:
             self._drain(timeout_s=30)
             self._checkpoint_all()

@@ -41,7 +41,14 @@ def run(args) -> int:
     except ConfigError as exc:
         log.error("config.invalid", error=str(exc))
         return 2
-    runner = Runner(cfg)
+    metrics = None
+    if cfg.metrics_port:
+        from ..metrics import Metrics
+
+        metrics = Metrics()
+        port = metrics.start_server(cfg.metrics_host, cfg.metrics_port)
+        log.info("metrics.serving", url=f"http://{cfg.metrics_host}:{port}/metrics")
+    runner = Runner(cfg, metrics=metrics)
     summary = runner.run()
     log.info("run.done", **{k: v for k, v in summary.__dict__.items()}, events_per_s=round(summary.events_per_s))
     return 0
