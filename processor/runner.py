@@ -21,6 +21,7 @@ from .config import ProcessorConfig
 from .emitter import Emitter
 from .engine import Committed, DeadLetter, Filters, PartitionEngine
 from .index_rebuild import completed_from_end_records
+from .ordering import GlobalOrder
 from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
 from .partitions import PartitionState, Phase, restore_partition
 from .sink import KafkaSink
@@ -67,6 +68,7 @@ class Runner:
         self.producer = make_producer(cfg.bootstrap, acks="all")
         self.sink = KafkaSink(self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic)
         self.emitter = Emitter(self.sink, cfg.ordering, cfg.tombstones)
+        self.orderer = GlobalOrder(cfg.max_hold_ms, cfg.stall_warn_ms) if cfg.ordering == "global" else None
         self.consumer = Consumer({
             "bootstrap.servers": cfg.bootstrap,
             "group.id": cfg.group,
@@ -161,6 +163,8 @@ class Runner:
             state.engine.checkpoint()
             offsets.append(TopicPartition(self.cfg.raw_topic, p, state.engine.low_watermark()))
             self.emitter.drop_partition(state.engine)
+            if self.orderer is not None:
+                self.orderer.drop_partition(p)
             state.move(Phase.CLOSED)
             log.info("partition.revoked", partition=p, low_watermark=offsets[-1].offset)
         if offsets:
@@ -175,6 +179,8 @@ class Runner:
             state = self.parts.pop(tp.partition, None)
             if state is not None:
                 self.emitter.drop_partition(state.engine)
+                if self.orderer is not None:
+                    self.orderer.drop_partition(tp.partition)
                 log.warning("partition.lost", partition=tp.partition)
         consumer.incremental_unassign(partitions)
 
@@ -250,12 +256,23 @@ class Runner:
             for engine in {id(e): e for e, _ in committed}.values():
                 engine.flush_data()
             for engine, txn in committed:
+                self._commit_ready(engine, txn)
+        if self.orderer is not None and self.orderer.heap:
+            watermarks = {p: st.engine.watermark for p, st in self.parts.items()}
+            for engine, txn in self.orderer.ready(watermarks, _now_ms()):
                 self.emitter.release(engine, txn)
         self.producer.poll(0)
         self.emitter.advance()
         if dead:
             self.sink.flush_dead_letters()
         self._checkpoint_all()
+
+    def _commit_ready(self, engine: PartitionEngine, txn: Txn) -> None:
+        """One dispatch path: straight to the emitter, or through the global order."""
+        if self.orderer is None:
+            self.emitter.release(engine, txn)
+        else:
+            self.orderer.hold(engine, txn, _now_ms())
 
     def _resume_pending(self) -> None:
         """Re-emit transactions a previous run committed but did not finish (from the emit cursor)."""
@@ -266,7 +283,7 @@ class Runner:
             state.move(Phase.RUNNING)
             for txn in list(state.engine.pending.values()):
                 log.info("txn.resume_emit", partition=state.partition, xid=txn.xid, after_seq=txn.acked_seq)
-                self.emitter.release(state.engine, txn)
+                self._commit_ready(state.engine, txn)
 
     def _checkpoint_all(self) -> None:
         for state in self.parts.values():
@@ -296,9 +313,15 @@ class Runner:
         """Available-now is done when what existed at start is processed on every partition this
         instance owns, and either it owns them all or the group has settled (no member that died
         still holds partitions that would come to this one)."""
-        if not self.parts or self.to_resume or self.emitter.queue:
+        if not self.parts or self.to_resume:
             return False
         if not all(state.engine.next_offset >= self._targets.get(p, 0) for p, state in self.parts.items()):
+            return False
+        if self.orderer is not None and self.orderer.heap:
+            # End of the input that existed at start: no smaller commit_scn can come any more.
+            for engine, txn in self.orderer.release_all():
+                self.emitter.release(engine, txn)
+        if self.emitter.queue:
             return False
         owns_all = set(self.parts) >= {p for p, end in self._targets.items()}
         return owns_all or time.monotonic() - self._last_rebalance > self._settle_s
@@ -327,7 +350,12 @@ class Runner:
                         "oldest_open_first_offset": oldest.first_offset if oldest else None,
                         "oldest_open_events": oldest.events if oldest else 0,
                         "stats": e.stats.__dict__ if hasattr(e.stats, "__dict__") else _stats_dict(e.stats)}
+        now = _now_ms()
         return {
+            "ordering": self.cfg.ordering,
+            "held_txns": len(self.orderer.heap) if self.orderer else 0,
+            "oldest_held_age_ms": self.orderer.oldest_held_age_ms(now) if self.orderer else 0,
+            "ordering_relaxed": self.orderer.relaxed if self.orderer else 0,
             "open_txns": sum(v["open_txns"] for v in parts.values()),
             "buffered_events": sum(v["buffered_events"] for v in parts.values()),
             "buffered_bytes": sum(v["buffered_bytes"] for v in parts.values()),
@@ -360,6 +388,10 @@ class Runner:
             self.summary.dead_letters += s.dead_letters
             self.summary.late_events += s.late_events
             self.summary.filtered_txns += s.filtered_txns
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
 
 
 def _stats_dict(stats) -> dict:
