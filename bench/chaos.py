@@ -415,7 +415,8 @@ class Chaos:
         self.out.verify = {k: v for k, v in asdict(rep).items() if k != "samples"}
         self.out.samples = rep.samples
         own = self._own_pass()
-        dlq = sum(1 for _ in read_topic(self.broker.bootstrap, self.dlq, timeout_s=120))
+        dlq_reasons = self._dlq_reasons()
+        dlq = sum(dlq_reasons.values())
         recov = [r.first_output_s for r in self.restarts if r.first_output_s is not None]
         self._assigned_times()
         joined = [r.assigned_s for r in self.restarts if r.assigned_s is not None]
@@ -437,7 +438,8 @@ class Chaos:
             "unexpected_ends": rep.unexpected_ends,
             "end_count_mismatches": rep.end_count_mismatches,
             "resync_records": own["resync_records"],
-            "dlq_records": dlq,
+            "dlq_records": dlq,  # the generator writes no bad input: every DLQ record here is a false one
+            "dlq_reasons": dlq_reasons,
             "kills": sum(1 for r in self.restarts if r.reason == "kill"),
             "wipes": sum(1 for r in self.restarts if r.wiped),
             "unplanned_exits": len(self.out.unplanned_exits),
@@ -450,6 +452,32 @@ class Chaos:
         self.out.restarts = [asdict(r) for r in self.restarts]
         f["ok"] = bool(reached and rep.ok and not f["duplicates_after_dedup"] and not f["leaked_txn_keys"]
                        and not f["leaked_meta_keys"] and not f["resync_records"])
+
+    def _dlq_reasons(self) -> dict[str, int]:
+        """DLQ records by reason (the xid in the reason is cut off so that reasons group)."""
+        from confluent_kafka import OFFSET_BEGINNING
+
+        ends = {p: e for p, e in end_offsets(self.broker.bootstrap, self.dlq, group=self.group + "-dlq").items() if e}
+        reasons: dict[str, int] = {}
+        if not ends:
+            return reasons
+        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": self.group + "-dlq",
+                             **CONSUMER_DEFAULTS})
+        try:
+            consumer.assign([TopicPartition(self.dlq, p, OFFSET_BEGINNING) for p in ends])
+            deadline = time.monotonic() + 120
+            while ends and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 0.5):
+                    if msg.error() or msg.partition() not in ends:
+                        continue
+                    reason = dict(msg.headers() or []).get("reason", b"?").decode(errors="replace")
+                    reason = reason.rsplit(" in ", 1)[0]
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                    if msg.offset() + 1 >= ends[msg.partition()]:
+                        del ends[msg.partition()]
+        finally:
+            consumer.close()
+        return reasons
 
     def _own_pass(self) -> dict:
         """Duplicates from event_ids and content, and order per input partition (first occurrence kept)."""
@@ -573,6 +601,7 @@ def table(fig: dict) -> str:
         ("leftover META keys (current stores)", fig.get("leaked_meta_keys")),
         ("stale-cache keys (partitions moved away)", fig.get("stale_cache_keys")),
         ("RESYNC_REQUIRED records / DLQ records", f"{fig.get('resync_records')} / {fig.get('dlq_records')}"),
+        ("  DLQ reasons", fig.get("dlq_reasons")),
         ("restart -> first output (s)", _fmt(fig.get("recovery_first_output_s"))),
         ("restart -> partition.assigned (s)", _fmt(fig.get("recovery_assigned_s"))),
         ("final exit codes (SIGTERM)", fig.get("final_exit_codes")),
