@@ -47,6 +47,8 @@ class ProcessorConfig(BaseModel):
     max_open_age_ms: int = Field(0, ge=0, description="abandon transactions open longer than this (source time); 0 = never")
     max_hold_ms: int = Field(0, ge=0, description="global ordering: release a held transaction after this long; 0 = never")
     stall_warn_ms: int = Field(30000, ge=0, description="warn when a partition watermark is stuck this long")
+    transactional_id: str = Field("", description="exactly_once: the producer's transactional.id; "
+                                                   "default <group>-<hostname>")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus endpoint port; 0 = off")
     metrics_host: str = "127.0.0.1"
 

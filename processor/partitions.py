@@ -58,12 +58,13 @@ class PartitionState:
 
 
 def restore_partition(partition: int, store: Store, filters: Filters, min_completed: int,
-                      committed: int | None, log_start: int) -> Restored:
+                      committed: int | None, log_start: int, trust_local: bool = True) -> Restored:
     """Local state if present and consistent with the committed low watermark, else a rebuild.
 
-    `committed` is the group's committed offset (the low watermark) or None.
+    `committed` is the group's committed offset (the low watermark) or None. With
+    trust_local=False (exactly_once) the store is always rebuilt from the committed offset.
     """
-    local = PartitionEngine.restore(partition, store, filters, min_completed)
+    local = PartitionEngine.restore(partition, store, filters, min_completed) if trust_local else None
     if local is not None:
         if committed is None or committed <= local.next_offset:
             return Restored(local, local.next_offset, "local")

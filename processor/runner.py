@@ -9,6 +9,7 @@ input position in one WriteBatch). The committed input offset is each partition'
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 from . import events as ev
 from .buffer import RocksStore
 from .config import ProcessorConfig
+from .delivery import for_guarantee
 from .emitter import Emitter
 from .engine import Committed, DeadLetter, Filters, PartitionEngine
 from .index_rebuild import completed_from_end_records
@@ -65,9 +67,13 @@ class Runner:
         n_raw = partition_count(cfg.bootstrap, cfg.raw_topic)
         n_out = cfg.output_partitions or n_raw
         ensure_topics(cfg.bootstrap, {cfg.changes_topic: n_out, cfg.transactions_topic: n_out, cfg.dlq_topic: n_out})
-        self.producer = make_producer(cfg.bootstrap, acks="all")
+        producer_conf = {"acks": "all"}
+        if cfg.guarantee == "exactly_once":
+            producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
+        self.producer = make_producer(cfg.bootstrap, **producer_conf)
         self.sink = KafkaSink(self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic)
         self.emitter = Emitter(self.sink, cfg.ordering, cfg.tombstones)
+        self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter)
         self.orderer = GlobalOrder(cfg.max_hold_ms, cfg.stall_warn_ms) if cfg.ordering == "global" else None
         self.consumer = Consumer({
             "bootstrap.servers": cfg.bootstrap,
@@ -103,7 +109,8 @@ class Runner:
             low, _ = consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, p), timeout=10)
             c = committed.get(p)
             c = None if c is None or c < 0 or c == OFFSET_INVALID else c
-            restored = restore_partition(p, self.store, self.filters, self.cfg.completed_index_min_entries, c, low)
+            restored = restore_partition(p, self.store, self.filters, self.cfg.completed_index_min_entries, c, low,
+                                         trust_local=self.delivery.trusts_local_store)
             start = restored.start_offset
             if restored.source != "local":
                 rebuild[p] = (restored.engine, start)
@@ -194,6 +201,7 @@ class Runner:
             log.info("run.available_now", targets=self._targets)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._request_stop)
+        self.delivery.start()
         self.consumer.subscribe([cfg.raw_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
         last_log = time.monotonic()
@@ -203,7 +211,9 @@ class Runner:
                 self._process(msgs)
                 now = time.monotonic()
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
-                    self._commit_offsets()
+                    if self.delivery.commits_offsets_itself:
+                        self._commit_offsets()
+                    self._last_commit = now
                     if self.metrics is not None:
                         self.metrics.update(self.snapshot())
                 if now - last_log >= 5:
@@ -212,7 +222,8 @@ class Runner:
                 if self._targets is not None and self._reached_targets():
                     self._drain(timeout_s=60)
                     self._checkpoint_all()
-                    self._commit_offsets(force=True, asynchronous=False)
+                    if self.delivery.commits_offsets_itself:
+                        self._commit_offsets(force=True, asynchronous=False)
                     log.info("run.available_now_done")
                     break
         finally:
@@ -226,6 +237,8 @@ class Runner:
     def _process(self, msgs) -> None:
         # Transactions a previous run left committed-but-unfinished go out before anything this
         # batch commits (commit order), and before this batch can add to engine.pending.
+        if msgs or self.to_resume or self.emitter.queue or (self.orderer is not None and self.orderer.heap):
+            self.delivery.begin_batch()
         self._resume_pending()
         committed: list[tuple[PartitionEngine, Txn]] = []
         dead = False
@@ -261,10 +274,9 @@ class Runner:
             watermarks = {p: st.engine.watermark for p, st in self.parts.items()}
             for engine, txn in self.orderer.ready(watermarks, _now_ms()):
                 self.emitter.release(engine, txn)
-        self.producer.poll(0)
-        self.emitter.advance()
-        if dead:
-            self.sink.flush_dead_letters()
+        self.delivery.end_batch(self._low_watermarks, self.consumer)
+        if dead and self.delivery.commits_offsets_itself:
+            self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         self._checkpoint_all()
 
     def _commit_ready(self, engine: PartitionEngine, txn: Txn) -> None:
@@ -297,6 +309,9 @@ class Runner:
             self.emitter.advance()
         self.producer.flush(max(0.0, deadline - time.monotonic()))
         self.emitter.advance()
+
+    def _low_watermarks(self) -> list[TopicPartition]:
+        return [TopicPartition(self.cfg.raw_topic, p, st.engine.low_watermark()) for p, st in self.parts.items()]
 
     def _commit_offsets(self, force: bool = False, asynchronous: bool = True) -> None:
         self._last_commit = time.monotonic()

@@ -1,0 +1,144 @@
+"""Control flow of guarantee=exactly_once (processor/delivery.py) without a broker.
+
+The embedded broker does not honour Kafka transactions, so the transactional calls are checked
+against a recording producer here; the same flow runs against Apache Kafka under testcontainers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from processor import events as ev
+from processor.buffer import MemoryStore
+from processor.delivery import AtLeastOnce, ExactlyOnce, for_guarantee
+from processor.emitter import Emitter
+from processor.engine import Committed, PartitionEngine
+
+
+class RecordingProducer:
+    """Acknowledges produced records on flush(), like a transactional producer inside a transaction."""
+
+    def __init__(self, fail_commit: KafkaError | None = None):
+        self.calls: list[str] = []
+        self.unacked: list = []
+        self.fail_commit = fail_commit
+
+    def init_transactions(self, timeout):
+        self.calls.append("init")
+
+    def begin_transaction(self):
+        self.calls.append("begin")
+
+    def flush(self, timeout=None):
+        self.calls.append("flush")
+        while self.unacked:
+            self.unacked.pop(0)(None)
+        return 0
+
+    def poll(self, timeout=None):
+        return 0
+
+    def send_offsets_to_transaction(self, offsets, metadata, timeout):
+        self.calls.append(f"offsets:{[(tp.partition, tp.offset) for tp in offsets]}")
+
+    def commit_transaction(self, timeout):
+        if self.fail_commit is not None:
+            raise KafkaException(self.fail_commit)
+        self.calls.append("commit")
+
+    def abort_transaction(self, timeout):
+        self.calls.append("abort")
+
+
+class Sink:
+    def __init__(self, producer: RecordingProducer):
+        self.producer = producer
+        self.sent: list[str] = []
+
+    def send_change(self, key, value, on_ack):
+        self.sent.append("change")
+        self.producer.calls.append("produce:change")
+        self.producer.unacked.append(on_ack)
+
+    def send_transaction(self, key, value, on_ack):
+        status = ev.decode_transaction(value)["status"]
+        self.sent.append(status)
+        self.producer.calls.append(f"produce:{status}")
+        self.producer.unacked.append(on_ack)
+
+
+class Consumer:
+    def consumer_group_metadata(self):
+        return "group-metadata"
+
+
+def committed_txn(engine: PartitionEngine):
+    actions = []
+    for offset, e in enumerate([ev.raw_event("a", ev.INSERT, 1, 1, table="s.t", key={"id": 1}, after={"id": 1}),
+                                ev.raw_event("a", ev.INSERT, 2, 2, table="s.t", key={"id": 2}, after={"id": 2}),
+                                ev.raw_event("a", ev.COMMIT, 3, 3)]):
+        actions += engine.apply(offset, b"a", ev.encode_raw(e))
+    engine.flush_data()
+    return next(a.txn for a in actions if isinstance(a, Committed))
+
+
+def test_batch_commits_outputs_and_low_watermark_in_one_transaction():
+    producer = RecordingProducer()
+    sink = Sink(producer)
+    emitter = Emitter(sink)
+    delivery = ExactlyOnce(producer, emitter)
+    engine = PartitionEngine(0, MemoryStore())
+    delivery.start()
+    delivery.begin_batch()
+    emitter.release(engine, committed_txn(engine))
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, engine.low_watermark())], Consumer())
+
+    assert producer.calls == [
+        "init", "begin", "produce:BEGIN", "produce:change", "produce:change",
+        "flush", "produce:END", "flush", "offsets:[(0, 3)]", "commit",
+    ]
+    assert not emitter.queue and not engine.pending  # finished inside the transaction
+    assert delivery.committed_batches == 1
+
+
+def test_end_batch_without_begin_commits_nothing():
+    producer = RecordingProducer()
+    delivery = ExactlyOnce(producer, Emitter(Sink(producer)))
+    delivery.end_batch(lambda: [], Consumer())
+    assert producer.calls == []
+
+
+def test_abortable_commit_failure_aborts_and_stops_the_runner():
+    error = KafkaError(KafkaError._FENCED, "fenced", txn_requires_abort=True)
+    producer = RecordingProducer(fail_commit=error)
+    emitter = Emitter(Sink(producer))
+    delivery = ExactlyOnce(producer, emitter)
+    delivery.begin_batch()
+    with pytest.raises(KafkaException):
+        delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+    assert producer.calls[-1] == "abort"
+    assert not delivery.in_transaction
+
+
+def test_exactly_once_never_trusts_the_local_store_and_commits_offsets_only_in_transactions():
+    producer = RecordingProducer()
+    emitter = Emitter(Sink(producer))
+    eos = for_guarantee("exactly_once", producer, emitter)
+    alo = for_guarantee("at_least_once_dedup", producer, emitter)
+    assert isinstance(eos, ExactlyOnce) and not eos.trusts_local_store and not eos.commits_offsets_itself
+    assert isinstance(alo, AtLeastOnce) and alo.trusts_local_store and alo.commits_offsets_itself
+
+
+def test_exactly_once_restore_rebuilds_even_when_a_local_store_exists():
+    from processor.engine import Filters
+    from processor.partitions import restore_partition
+
+    store = MemoryStore()
+    engine = PartitionEngine(0, store)
+    engine.apply(0, b"a", ev.encode_raw(ev.raw_event("a", ev.INSERT, 1, 1, table="s.t", key={"id": 1})))
+    engine.checkpoint()
+    trusted = restore_partition(0, store, Filters(), 10, committed=0, log_start=0)
+    assert trusted.source == "local" and trusted.start_offset == 1
+    rebuilt = restore_partition(0, store, Filters(), 10, committed=0, log_start=0, trust_local=False)
+    assert rebuilt.source == "rebuild-empty" and rebuilt.start_offset == 0
