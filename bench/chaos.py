@@ -437,6 +437,7 @@ class Chaos:
             "missing_ends": rep.missing_ends,
             "unexpected_ends": rep.unexpected_ends,
             "end_count_mismatches": rep.end_count_mismatches,
+            "end_count_conflicts": own["end_count_conflicts"],
             "resync_records": own["resync_records"],
             "dlq_records": dlq,  # the generator writes no bad input: every DLQ record here is a false one
             "dlq_reasons": dlq_reasons,
@@ -482,13 +483,16 @@ class Chaos:
     def _own_pass(self) -> dict:
         """Duplicates from event_ids and content, and order per input partition (first occurrence kept)."""
         input_partition: dict[str, int] = {}
+        end_counts: dict[str, set] = {}
         resync = 0
         for _, _, _, value in read_topic(self.broker.bootstrap, self.txns, timeout_s=600, group=self.group + "-own"):
             if value is None:
                 continue
             t = ev.decode_transaction(value)
             if t["status"] == "END":
-                input_partition.setdefault(f"{t['id']}@{t['commit_scn']}", t["input_partition"])
+                ident = f"{t['id']}@{t['commit_scn']}"
+                input_partition.setdefault(ident, t["input_partition"])
+                end_counts.setdefault(ident, set()).add(t["event_count"])
             elif t["status"] == "RESYNC_REQUIRED":
                 resync += 1
         by_event: dict[bytes, bytes] = {}       # event_id digest -> content digest of the first copy
@@ -530,7 +534,10 @@ class Chaos:
         return {"records": records, "duplicates_before_dedup": records - len(by_event),
                 "dedup_conflicts": conflicts, "same_change_other_event_id": other_id,
                 "duplicates_after_dedup": conflicts + other_id,
-                "order_violations_per_input_partition": violations, "resync_records": resync}
+                "order_violations_per_input_partition": violations, "resync_records": resync,
+                # verify() keeps the first END per transaction; a later END with another event_count
+                # (e.g. an empty re-commit after a rebuild) is only seen here.
+                "end_count_conflicts": sum(1 for counts in end_counts.values() if len(counts) > 1)}
 
     def _assigned_times(self) -> None:
         """Per restart: spawn -> first `partition.assigned` log line of that process (log timestamps)."""
@@ -596,7 +603,8 @@ def table(fig: dict) -> str:
         ("commit-order violations", fig.get("order_violations")),
         ("  per input partition", fig.get("order_violations_per_input_partition")),
         ("missing / unexpected ENDs", f"{fig.get('missing_ends')} / {fig.get('unexpected_ends')}"),
-        ("END count mismatches", fig.get("end_count_mismatches")),
+        ("END count mismatches (first END)", fig.get("end_count_mismatches")),
+        ("ENDs of one txn with differing counts", fig.get("end_count_conflicts")),
         ("leftover TXN keys (current stores)", fig.get("leaked_txn_keys")),
         ("leftover META keys (current stores)", fig.get("leaked_meta_keys")),
         ("stale-cache keys (partitions moved away)", fig.get("stale_cache_keys")),

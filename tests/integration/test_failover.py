@@ -351,3 +351,26 @@ def test_rebuild_does_not_dead_letter_the_tail_of_a_transaction_rolled_back_abov
     assert [(c["source"]["xid"], c["key"]["id"]) for c in changes] == [("t2", 2)]
     dlq = read_with_headers(broker.bootstrap, topics.dlq)
     assert dlq == [], [h["reason"] for *_, h in dlq]
+
+
+def test_rebuild_drops_a_late_duplicate_commit_like_the_local_store_does(broker, tmp_path):
+    """t1 commits at offset 2 and is emitted; the low watermark moves to 3. The source then re-sends
+    t1's COMMIT (offset 3). On the same disk the completed index (kept min_completed entries below
+    the low watermark) drops it as late. On an empty disk the index is rebuilt only from END records
+    with commit_offset >= 3, t1 is unknown, and the duplicate COMMIT opens and commits an empty t1:
+    a second END for t1@3 with event_count 0. DESIGN §6.3: the same output on the same or an empty disk."""
+    topics = Topics.fresh()
+    w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
+    w.write(R("t1", ev.BEGIN, 0, 1))                                                        # 0
+    w.write(R("t1", ev.INSERT, 1, 2, table="s.t", key={"id": 1}, after={"id": 1}))           # 1
+    w.write(R("t1", ev.COMMIT, 2, 3))                                                       # 2
+    w.flush()
+    log = tmp_path / "processor.log"
+    assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
+    assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 3}
+    w.write(R("t1", ev.COMMIT, 2, 3))                                                       # 3: re-sent
+    w.flush()
+    assert _run(config(broker.bootstrap, topics, tmp_path / "state-b"), "--available-now", log_path=log) == 0
+    ends = [ev.decode_transaction(v) for *_, v in read_topic(broker.bootstrap, topics.transactions)]
+    ends = [(t["id"], t["event_count"]) for t in ends if t["status"] == "END"]
+    assert ends == [("t1", 1)], ends
