@@ -156,7 +156,7 @@ class RocksBatch(Batch):
 class RocksStore(Store):
     """rocksdict in raw mode: keys and values are bytes, ordered bytewise."""
 
-    def __init__(self, path: str | Path, write_buffer_mb: int = 64, block_cache_mb: int = 64) -> None:
+    def __init__(self, path: str | Path, write_buffer_mb: int = 16, block_cache_mb: int = 16) -> None:
         from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteOptions
 
         self.path = Path(path)
@@ -165,7 +165,7 @@ class RocksStore(Store):
         opts.create_if_missing(True)
         # Bounded memory: memtables and block cache are fixed-size, whatever the transaction size.
         opts.set_write_buffer_size(write_buffer_mb << 20)
-        opts.set_max_write_buffer_number(3)
+        opts.set_max_write_buffer_number(2)
         opts.set_compression_type(DBCompressionType.lz4())
         table = BlockBasedOptions()
         table.set_block_cache(Cache(block_cache_mb << 20))

@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from .logs import configure_logging
+from .memory import limit_malloc_arenas
 
 # module path -> registers these subcommands
 COMMAND_MODULES = [
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    limit_malloc_arenas()
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)

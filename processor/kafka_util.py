@@ -24,7 +24,10 @@ PRODUCER_DEFAULTS = {
     "linger.ms": 5,
     "batch.num.messages": 10000,
     "compression.type": "lz4",
-    "queue.buffering.max.messages": 200000,
+    # Bounded producer memory: a huge transaction's emission waits on delivery reports instead of
+    # queueing millions of records (and their callbacks) in librdkafka.
+    "queue.buffering.max.messages": 50000,
+    "queue.buffering.max.kbytes": 32768,
 }
 
 

@@ -80,8 +80,10 @@ class Runner:
             "group.id": cfg.group,
             "partition.assignment.strategy": "cooperative-sticky",
             **CONSUMER_DEFAULTS,
-            "fetch.max.bytes": 52428800,
-            "queued.max.messages.kbytes": 65536,
+            # Bounded consumer prefetch (librdkafka's default queue is 64 MB per partition set).
+            "fetch.max.bytes": 8 << 20,
+            "queued.max.messages.kbytes": 16384,
+            "queued.min.messages": 20000,
         })
         self.summary = RunSummary()
         self.stop_requested = False
