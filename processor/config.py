@@ -27,6 +27,8 @@ class ProcessorConfig(BaseModel):
     changes_topic: str = "txbuffer.changes"
     transactions_topic: str = "txbuffer.transactions"
     dlq_topic: str = "txbuffer.dlq"
+    outcomes_topic: str = Field("txbuffer.outcomes", description="internal: outcomes of transactions that "
+                                "emitted nothing, to rebuild the completed index on an empty disk")
     group: str = "txbuffer"
     state_dir: Path = Path("./state")
     guarantee: Literal["at_least_once_dedup", "exactly_once"] = "at_least_once_dedup"

@@ -34,6 +34,11 @@ class AtLeastOnce:
     def begin_batch(self) -> None:
         pass
 
+    def standalone(self, produce: Callable[[], None]) -> None:
+        """Outputs outside the poll loop (lost-state reports): produced and made durable now."""
+        produce()
+        self.producer.flush(30)
+
     def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer) -> None:
         self.producer.poll(0)
         self.emitter.advance()
@@ -52,6 +57,11 @@ class ExactlyOnce:
 
     def start(self) -> None:
         self.producer.init_transactions(self.flush_timeout_s)
+
+    def standalone(self, produce: Callable[[], None]) -> None:
+        self.producer.begin_transaction()
+        produce()
+        self.producer.commit_transaction(self.flush_timeout_s)
 
     def begin_batch(self) -> None:
         if not self.in_transaction:

@@ -130,6 +130,7 @@ class PartitionEngine:
         self.watermark = -1
         self.last_ts_ms = 0
         self.stats = Stats()
+        self.outcomes: list[tuple[str, int, str]] = []  # finished without output; drained by the runner
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
         self._pos_dirty = False
@@ -162,6 +163,9 @@ class PartitionEngine:
         if txn is None:
             if xid in self.completed or xid in self.pending:
                 self.stats.late_events += 1
+                if op == ev.COMMIT and self.completed.get(xid, (0, ""))[1] == ABANDONED:
+                    # Its beginning is gone: report it, never emit half a transaction.
+                    return self._dead(offset, key, value, f"COMMIT for abandoned transaction {xid}")
                 return []
             if op == ev.ROLLBACK:
                 self._advance_watermark(e["scn"])
@@ -348,6 +352,10 @@ class PartitionEngine:
         self._drop_all(txn)
         self._finish(txn.xid, txn.commit.offset, COMMITTED)
 
+    def too_old(self, max_age_ms: int) -> list[Txn]:
+        """Open transactions older than max_age_ms in source time (the partition's newest ts_ms)."""
+        return [t for t in self.open.values() if t.first_ts_ms and self.last_ts_ms - t.first_ts_ms > max_age_ms]
+
     def abandon(self, xid: str, offset: int) -> None:
         """Retention policy: forget an open transaction (the runner dead-letters it)."""
         txn = self.open.pop(xid)
@@ -355,10 +363,10 @@ class PartitionEngine:
         self._finish(xid, offset, ABANDONED)
         self.stats.abandoned += 1
 
-    def mark_completed(self, xid: str, offset: int) -> None:
-        """Record a transaction another run already emitted (rebuilt from its END record)."""
+    def mark_completed(self, xid: str, offset: int, outcome: str = COMMITTED) -> None:
+        """Record a transaction another run already finished (rebuilt from END or outcome records)."""
         if xid not in self.completed and xid not in self.open and xid not in self.pending:
-            self._finish(xid, offset, COMMITTED)
+            self._finish(xid, offset, outcome, publish=False)
 
     def cursor_moved(self, txn: Txn) -> None:
         self._dirty.add(txn.xid)
@@ -367,7 +375,9 @@ class PartitionEngine:
         self.batch.delete_range(txn.prefix, keys.upper_bound(txn.prefix))
         txn.events = txn.bytes = 0
 
-    def _finish(self, xid: str, offset: int, outcome: str) -> None:
+    def _finish(self, xid: str, offset: int, outcome: str, publish: bool = True) -> None:
+        if publish and outcome != COMMITTED:
+            self.outcomes.append((xid, offset, outcome))  # END records cover committed ones
         self.completed[xid] = (offset, outcome)
         self.fifo.append((offset, xid))
         self.batch.put(keys.done_key(self.partition, xid), _DONE.pack(offset) + outcome.encode())

@@ -131,6 +131,14 @@ def decode_transaction(data: bytes) -> dict:
     return decode(transaction_schema(), data)
 
 
+def encode_outcome(record: dict) -> bytes:
+    return encode(load_schema("txn_outcome"), record)
+
+
+def decode_outcome(data: bytes) -> dict:
+    return decode(load_schema("txn_outcome"), data)
+
+
 def event_id(thread: int, commit_scn: int, xid: str, seq: int) -> str:
     """The deterministic identity of an emitted change; consumers deduplicate on it."""
     return f"{thread}:{commit_scn}:{xid}:{seq}"

@@ -1,12 +1,16 @@
-"""Rebuilding the completed-transaction index from END records after a failover to an empty disk.
+"""Rebuilding the completed-transaction index after a failover to an empty disk.
 
-Why: a transaction that began below the committed low watermark but committed above it would be
-re-read only in part after a rewind. Its END record (input partition + commit offset) proves it
-was emitted whole, so the rebuilt engine skips the re-read tail instead of emitting it again.
+Why: a transaction that began below the committed low watermark but finished above it is re-read
+only in part after a rewind. END records (committed) and outcome records (rolled back, filtered,
+abandoned) prove how it finished, so the rebuilt engine drops the re-read tail as late events
+instead of emitting or dead-lettering it. The newest `keep_below` finished transactions below the
+watermark are loaded too, as a local store keeps them, so late duplicates (a re-sent COMMIT) are
+dropped the same way on an empty disk as on the old one.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 
 import structlog
@@ -14,48 +18,80 @@ from confluent_kafka import Consumer, TopicPartition
 
 from . import events as ev
 from .kafka_util import CONSUMER_DEFAULTS, end_offsets
+from .txn import COMMITTED
 
 log = structlog.get_logger(__name__)
 
 
-def completed_from_end_records(bootstrap: str, transactions_topic: str,
-                               starts: dict[int, int]) -> dict[int, dict[str, int]]:
-    """{raw partition: {xid: commit offset}} for END records with commit_offset >= starts[partition]."""
-    found: dict[int, dict[str, int]] = {p: {} for p in starts}
-    if not starts:
-        return found
+def _read_all(bootstrap: str, topic: str, timeout_s: float = 300.0):
+    """Every record value of a topic up to its true end (nothing if the topic does not exist)."""
     try:
-        ends = end_offsets(bootstrap, transactions_topic, group="txbuffer-index-rebuild")
+        ends = {p: e for p, e in end_offsets(bootstrap, topic, group="txbuffer-index-rebuild").items() if e > 0}
     except LookupError:
-        return found
-    todo = {p: end for p, end in ends.items() if end > 0}
-    if not todo:
-        return found
+        return
+    if not ends:
+        return
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txbuffer-index-rebuild", **CONSUMER_DEFAULTS})
-    started = time.monotonic()
-    read = 0
     try:
-        consumer.assign([TopicPartition(transactions_topic, p, 0) for p in todo])
-        deadline = time.monotonic() + 300
-        while todo and time.monotonic() < deadline:
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} to its end: {ends}")
             for msg in consumer.consume(5000, 0.5):
                 if msg.error() is not None:
                     continue
-                read += 1
-                p_out = msg.partition()
-                if p_out in todo and msg.offset() + 1 >= todo[p_out]:
-                    del todo[p_out]
-                try:
-                    rec = ev.decode_transaction(msg.value())
-                except ev.DecodeError:
-                    continue
-                p = rec["input_partition"]
-                if rec["status"] == "END" and p in starts and rec["commit_offset"] >= starts[p]:
-                    found[p][rec["id"]] = rec["commit_offset"]
-        if todo:
-            raise TimeoutError(f"could not read {transactions_topic} to its end: {todo}")
+                p = msg.partition()
+                if p in ends and msg.offset() + 1 >= ends[p]:
+                    del ends[p]
+                yield msg.value()
     finally:
         consumer.close()
-    log.info("index.rebuilt_from_end_records", records_read=read, seconds=round(time.monotonic() - started, 2),
-             found={p: len(x) for p, x in found.items()})
+
+
+def completed_from_records(bootstrap: str, transactions_topic: str, outcomes_topic: str,
+                           starts: dict[int, int], keep_below: int = 0) -> dict[int, list[tuple[str, int, str]]]:
+    """{raw partition: [(xid, offset, outcome)]} in offset order: every finished transaction at or
+    above starts[partition], plus the newest keep_below below it."""
+    above: dict[int, dict[str, tuple[int, str]]] = {p: {} for p in starts}
+    below: dict[int, list[tuple[int, str, str]]] = {p: [] for p in starts}  # min-heaps of the newest
+
+    def note(p: int, xid: str, offset: int, outcome: str) -> None:
+        if p not in starts:
+            return
+        if offset >= starts[p]:
+            above[p][xid] = (offset, outcome)
+        elif keep_below:
+            heap = below[p]
+            item = (offset, xid, outcome)
+            if len(heap) < keep_below:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+
+    started = time.monotonic()
+    read = 0
+    for value in _read_all(bootstrap, transactions_topic):
+        read += 1
+        try:
+            rec = ev.decode_transaction(value)
+        except ev.DecodeError:
+            continue
+        if rec["status"] == "END":
+            note(rec["input_partition"], rec["id"], rec["commit_offset"], COMMITTED)
+    for value in _read_all(bootstrap, outcomes_topic):
+        read += 1
+        try:
+            rec = ev.decode_outcome(value)
+        except ev.DecodeError:
+            continue
+        note(rec["input_partition"], rec["xid"], rec["offset"], rec["outcome"])
+
+    found = {}
+    for p in starts:
+        rows = [(xid, off, outcome) for off, xid, outcome in sorted(below[p])]
+        rows += sorted(((xid, off, outcome) for xid, (off, outcome) in above[p].items()), key=lambda r: r[1])
+        found[p] = rows
+    log.info("index.rebuilt", records_read=read, seconds=round(time.monotonic() - started, 2),
+             found={p: len(rows) for p, rows in found.items()})
     return found

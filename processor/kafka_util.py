@@ -43,10 +43,12 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.
             except KafkaException as exc:
                 if exc.args[0].code() != exc.args[0].TOPIC_ALREADY_EXISTS:
                     raise
+    # Topics that existed are used as they are; the ones created here must show their partitions.
+    created = {t.topic: t.num_partitions for t in wanted}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         md = admin.list_topics(timeout=timeout_s).topics
-        if all(name in md and len(md[name].partitions) == n for name, n in topics.items()):
+        if all(name in md and (name not in created or len(md[name].partitions) == created[name]) for name in topics):
             return
         time.sleep(0.1)
     raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(topics)}")

@@ -22,7 +22,7 @@ from .config import ProcessorConfig
 from .delivery import for_guarantee
 from .emitter import Emitter
 from .engine import Committed, DeadLetter, Filters, PartitionEngine
-from .index_rebuild import completed_from_end_records
+from .index_rebuild import completed_from_records
 from .ordering import GlobalOrder
 from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
 from .partitions import PartitionState, Phase, restore_partition
@@ -66,7 +66,8 @@ class Runner:
         self.to_resume: list[int] = []
         n_raw = partition_count(cfg.bootstrap, cfg.raw_topic)
         n_out = cfg.output_partitions or n_raw
-        ensure_topics(cfg.bootstrap, {cfg.changes_topic: n_out, cfg.transactions_topic: n_out, cfg.dlq_topic: n_out})
+        ensure_topics(cfg.bootstrap, {cfg.changes_topic: n_out, cfg.transactions_topic: n_out, cfg.dlq_topic: n_out,
+                                      cfg.outcomes_topic: n_out})
         producer_conf = {"acks": "all"}
         if cfg.guarantee == "exactly_once":
             producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
@@ -113,12 +114,21 @@ class Runner:
             c = None if c is None or c < 0 or c == OFFSET_INVALID else c
             restored = restore_partition(p, self.store, self.filters, self.cfg.completed_index_min_entries, c, low,
                                          trust_local=self.delivery.trusts_local_store)
-            start = restored.start_offset
-            if restored.source != "local":
-                rebuild[p] = (restored.engine, start)
+            engine, start = restored.engine, restored.start_offset
             if start < low:
-                start = self._lost_state(p, start, low, restored.engine)
-            state.engine = restored.engine
+                engine, start = self._lost_state(p, start, low, (
+                    f"raw partition {p}: low watermark {start} is below log start {low}; {low - start} events "
+                    f"of open transactions were deleted before they were processed"), lost=low - start)
+            elif start > self._listed_end(consumer, p):
+                end = end_offsets(self.cfg.bootstrap, self.cfg.raw_topic, group=self.cfg.group + "-probe").get(p, 0)
+                if start > end:
+                    # The topic was recreated or truncated under us: our position does not exist.
+                    engine, start = self._lost_state(p, start, low, (
+                        f"raw partition {p}: position {start} is beyond the log end {end}; the raw topic was "
+                        f"recreated or truncated, the state for it no longer matches the log"), lost=start - end)
+            if engine is not restored.engine or restored.source != "local":
+                rebuild[p] = (engine, start)
+            state.engine = engine
             self.parts[p] = state
             self.summary.restores[p] = restored.source
             self.to_resume.append(p)
@@ -130,34 +140,42 @@ class Runner:
         consumer.incremental_assign(assign)
 
     def _rebuild_completed_index(self, rebuild: dict[int, tuple[PartitionEngine, int]]) -> None:
-        found = completed_from_end_records(self.cfg.bootstrap, self.cfg.transactions_topic,
-                                           {p: start for p, (_, start) in rebuild.items()})
+        found = completed_from_records(self.cfg.bootstrap, self.cfg.transactions_topic, self.cfg.outcomes_topic,
+                                       {p: start for p, (_, start) in rebuild.items()},
+                                       keep_below=self.cfg.completed_index_min_entries)
         for p, (engine, _) in rebuild.items():
-            for xid, commit_offset in sorted(found[p].items(), key=lambda kv: kv[1]):
-                engine.mark_completed(xid, commit_offset)
+            for xid, offset, outcome in found[p]:
+                engine.mark_completed(xid, offset, outcome)
 
-    def _lost_state(self, partition: int, start: int, log_start: int, engine: PartitionEngine) -> int:
-        lost = log_start - start
-        reason = (f"raw partition {partition}: low watermark {start} is below log start {log_start}; "
-                  f"{lost} events of open transactions were deleted before they were processed")
+    def _listed_end(self, consumer: Consumer, partition: int) -> int:
+        """ListOffsets' end: exact on Kafka, an under-estimate on Tansu (so only a hint to look closer)."""
+        _, high = consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, partition), timeout=10)
+        return high
+
+    def _lost_state(self, partition: int, start: int, log_start: int, reason: str,
+                    lost: int) -> tuple[PartitionEngine, int]:
+        """Never continue silently: report RESYNC_REQUIRED and a dead letter, then fail or skip."""
         log.error("partition.lost_state", partition=partition, low_watermark=start, log_start=log_start,
-                  lost=lost, policy=self.cfg.lost_state_policy)
+                  lost=lost, policy=self.cfg.lost_state_policy, reason=reason)
         resync = {"status": "RESYNC_REQUIRED", "id": f"partition-{partition}", "commit_scn": -1, "ts_ms": 0,
                   "thread": 1, "event_count": lost, "data_collections": None, "input_partition": partition,
                   "commit_offset": start, "ordering": self.cfg.ordering, "reason": reason}
-        self.sink.send_transaction(f"partition-{partition}".encode(), ev.encode_transaction(resync), lambda err: None)
-        self.sink.dead_letter(self.cfg.raw_topic, partition, start, None, None, reason)
-        self.producer.flush(30)
+        def report() -> None:
+            self.sink.send_transaction(f"partition-{partition}".encode(), ev.encode_transaction(resync),
+                                       lambda err: None)
+            self.sink.dead_letter(self.cfg.raw_topic, partition, start, None, None, reason)
+
+        self.delivery.standalone(report)
         if self.metrics is not None:
             self.metrics.lost_state(partition, lost)
         if self.cfg.lost_state_policy == "fail":
             raise LostStateError(reason)
         self.summary.lost_events += lost
+        # Skip: start over at the log start with empty state (what was open is gone with its events).
         PartitionEngine.wipe(partition, self.store)
+        engine = PartitionEngine(partition, self.store, self.filters, self.cfg.completed_index_min_entries)
         engine.next_offset = log_start
-        for xid in list(engine.open):
-            engine.abandon(xid, start)
-        return log_start
+        return engine, log_start
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._last_rebalance = time.monotonic()
@@ -213,6 +231,8 @@ class Runner:
                 self._process(msgs)
                 now = time.monotonic()
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
+                    if cfg.max_open_age_ms:
+                        self._abandon_old_transactions()
                     if self.delivery.commits_offsets_itself:
                         self._commit_offsets()
                     self._last_commit = now
@@ -267,6 +287,7 @@ class Runner:
                     self.sink.dead_letter(self.cfg.raw_topic, action.partition, action.offset,
                                           action.key, action.value, action.reason)
         self.summary.events += len(msgs)
+        self._publish_outcomes()
         if committed:
             for engine in {id(e): e for e, _ in committed}.values():
                 engine.flush_data()
@@ -280,6 +301,14 @@ class Runner:
         if dead and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         self._checkpoint_all()
+
+    def _publish_outcomes(self) -> None:
+        for p, state in self.parts.items():
+            engine = state.engine
+            if engine.outcomes:
+                for xid, offset, outcome in engine.outcomes:
+                    self.sink.outcome(self.cfg.outcomes_topic, xid, p, offset, outcome)
+                engine.outcomes.clear()
 
     def _commit_ready(self, engine: PartitionEngine, txn: Txn) -> None:
         """One dispatch path: straight to the emitter, or through the global order."""
@@ -312,11 +341,33 @@ class Runner:
         self.producer.flush(max(0.0, deadline - time.monotonic()))
         self.emitter.advance()
 
+    def _abandon_old_transactions(self) -> None:
+        """Retention policy: a transaction open longer than max_open_age_ms (source time) is dropped
+        with a dead letter, so it cannot hold the low watermark and the buffer forever."""
+        for p, state in self.parts.items():
+            engine = state.engine
+            for txn in engine.too_old(self.cfg.max_open_age_ms):
+                reason = (f"abandoned: transaction {txn.xid} open for {engine.last_ts_ms - txn.first_ts_ms} ms "
+                          f"(source time) > max_open_age_ms={self.cfg.max_open_age_ms}; {txn.events} buffered "
+                          f"events dropped; a later COMMIT will be reported, not emitted")
+                log.warning("txn.abandoned", partition=p, xid=txn.xid, first_offset=txn.first_offset,
+                            events=txn.events)
+                self.sink.dead_letter(self.cfg.raw_topic, p, txn.first_offset, txn.xid.encode(), None, reason)
+                engine.abandon(txn.xid, engine.next_offset - 1)
+        self.sink.flush_dead_letters()
+
     def _low_watermarks(self) -> list[TopicPartition]:
         return [TopicPartition(self.cfg.raw_topic, p, st.engine.low_watermark()) for p, st in self.parts.items()]
 
     def _commit_offsets(self, force: bool = False, asynchronous: bool = True) -> None:
         self._last_commit = time.monotonic()
+        # A finished transaction's outcome must be durable before the watermark moves past it.
+        deadline = time.monotonic() + 5
+        while self.sink.outcomes_unacked and time.monotonic() < deadline:
+            self.producer.poll(0.05)
+        if self.sink.outcomes_unacked:
+            log.warning("offsets.commit_deferred", unacked_outcomes=self.sink.outcomes_unacked)
+            return
         offsets = []
         for p, state in self.parts.items():
             lw = state.engine.low_watermark()

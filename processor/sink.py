@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
+from . import events as ev
 from .emitter import AckCallback
 
 
@@ -16,6 +17,7 @@ class KafkaSink:
         self.transactions_topic = transactions_topic
         self.dlq_topic = dlq_topic
         self.dlq_unacked = 0
+        self.outcomes_unacked = 0
         self.dlq_errors: list[str] = []
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None, on_delivery, headers=None) -> None:
@@ -32,6 +34,17 @@ class KafkaSink:
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
         self._produce(self.transactions_topic, key, value, lambda err, _msg: on_ack(err))
+
+    def outcome(self, topic: str, xid: str, partition: int, offset: int, outcome: str) -> None:
+        """Publish how a transaction finished without output; the low watermark waits for its ack."""
+        self.outcomes_unacked += 1
+        value = ev.encode_outcome({"xid": xid, "input_partition": partition, "offset": offset, "outcome": outcome})
+        self._produce(topic, xid.encode(), value, self._outcome_delivered)
+
+    def _outcome_delivered(self, err, _msg) -> None:
+        self.outcomes_unacked -= 1
+        if err is not None:
+            self.dlq_errors.append(f"outcome: {err}")
 
     def dead_letter(self, source_topic: str, partition: int, offset: int, key: bytes | None,
                     value: bytes | None, reason: str) -> None:

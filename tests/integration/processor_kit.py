@@ -33,6 +33,7 @@ def config(bootstrap: str, topics: Topics, state_dir: Path, **overrides) -> Proc
     return load_config(env={}, overrides={
         "bootstrap": bootstrap, "raw_topic": topics.raw, "changes_topic": topics.changes,
         "transactions_topic": topics.transactions, "dlq_topic": topics.dlq, "group": topics.group,
+        "outcomes_topic": topics.raw.replace("raw-", "outcomes-", 1),
         "state_dir": state_dir, **overrides})
 
 
@@ -53,6 +54,7 @@ def run_args(cfg: ProcessorConfig) -> list[str]:
     return [sys.executable, "-m", "processor.cli", "--log-format", "json", "run",
             "--bootstrap", cfg.bootstrap, "--raw-topic", cfg.raw_topic, "--changes-topic", cfg.changes_topic,
             "--transactions-topic", cfg.transactions_topic, "--dlq-topic", cfg.dlq_topic, "--group", cfg.group,
+            "--outcomes-topic", cfg.outcomes_topic,
             "--state-dir", str(cfg.state_dir)]
 
 

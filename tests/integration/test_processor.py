@@ -201,3 +201,28 @@ def test_exactly_once_survives_sigkill_without_duplicates(broker, tmp_path):
     report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
     assert_exact(report)
     assert report.duplicates_before_dedup == 0
+
+
+def test_retention_policy_abandons_old_open_transactions_with_a_dead_letter(broker, tmp_path):
+    topics = Topics.fresh()
+    writer = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
+    R = ev.raw_event
+    writer.write(R("old", ev.INSERT, 1, 1, ts_ms=1_000, table="s.t", key={"id": 1}, after={"id": 1}))
+    for i in range(50):  # source time moves on by a minute
+        writer.write(R(f"n{i}", ev.INSERT, 1, 10 + i, ts_ms=61_000 + i, table="s.t", key={"id": 100 + i}, after={"id": i}))
+        writer.write(R(f"n{i}", ev.COMMIT, 2, 10 + i, ts_ms=61_000 + i))
+    writer.flush()
+    cfg = config(broker.bootstrap, topics, tmp_path / "state", available_now=True, max_open_age_ms=30_000,
+                 commit_interval_ms=50)
+    runner = Runner(cfg)
+    runner.run()
+    writer.write(R("old", ev.COMMIT, 2, 200, ts_ms=62_000))  # the late COMMIT
+    writer.flush()
+    Runner(cfg).run()
+
+    dlq = read_with_headers(broker.bootstrap, topics.dlq)
+    reasons = [h["reason"].decode() for *_, h in dlq]
+    assert any(r.startswith("abandoned: transaction old") for r in reasons), reasons
+    assert any("COMMIT for abandoned transaction old" in r for r in reasons), reasons
+    changes = [ev.decode_change(v) for *_, v in read_topic(broker.bootstrap, topics.changes)]
+    assert len(changes) == 50 and all(c["source"]["xid"] != "old" for c in changes)

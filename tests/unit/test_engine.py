@@ -345,3 +345,16 @@ def test_completed_index_is_pruned_below_the_low_watermark(store):
     assert len(run.engine.completed) == 2
     restored = PartitionEngine.restore(0, store, min_completed=2)
     assert set(restored.completed) == {"t4", "t5"}
+
+
+def test_abandoned_transaction_is_dropped_and_its_late_commit_reported(store):
+    run = new_run(store)
+    run.feed(ins("old", 1, 1, ts_ms=1_000), ins("new", 1, 2, ts_ms=50_000))
+    assert [t.xid for t in run.engine.too_old(10_000)] == ["old"]
+    run.engine.abandon("old", run.offset - 1)
+    run.engine.checkpoint()
+    assert run.engine.low_watermark() == 1  # no longer held back by "old"
+    run.feed(R("old", ev.COMMIT, 2), R("new", ev.COMMIT, 2))
+    assert [c["source"]["xid"] for c in run.changes] == ["new"]
+    assert "abandoned" in run.dead[-1].reason and run.dead[-1].offset == 2
+    assert run.engine.stats.abandoned == 1
