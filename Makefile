@@ -30,5 +30,9 @@ demo: venv
 bench: venv
 	$(PY) -m bench.run
 
+## The kill campaign (1M events, 20 kills, 3 instances); see README.
+chaos: venv
+	$(PY) -m bench.chaos --events 1000000 --kills 20 --instances 3
+
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
