@@ -17,7 +17,6 @@ from tqdm import tqdm
 
 from .broker import EmbeddedBroker
 from .config import load_config
-from .events import HEARTBEAT
 from .rawtopic import RawTopicWriter
 from .runner import Runner
 from .sources.generator import WorkloadGenerator
@@ -40,13 +39,7 @@ def generate_workload(bootstrap: str, opts: DemoOptions, expected_dir: Path) -> 
     workload = WorkloadGenerator(opts.events, open_txns=opts.open_txns, seed=opts.seed, expected_dir=expected_dir)
     writer = RawTopicWriter(bootstrap, "txbuffer.raw", opts.partitions)
     with tqdm(total=opts.events, unit="ev", desc="generate", disable=not sys.stderr.isatty()) as bar:
-        for n, event in enumerate(workload, 1):
-            if event["op"] == HEARTBEAT:
-                writer.heartbeat(event["scn"], ts_ms=event["ts_ms"], thread=event["thread"])
-            else:
-                writer.write(event)
-            if n % 5000 == 0:
-                bar.update(5000)
+        writer.write_all(workload, progress=bar.update)
     writer.flush()
     return workload.summary()
 

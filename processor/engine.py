@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import events as ev
 from . import keys

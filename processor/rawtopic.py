@@ -6,7 +6,7 @@ so partitioning and heartbeat rules live in one place.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from confluent_kafka import KafkaError, Message
 
@@ -52,6 +52,22 @@ class RawTopicWriter:
 
     def write_encoded(self, xid: str, value: bytes) -> None:
         self._produce(xid.encode(), value)
+
+    def write_all(self, source: Iterable[dict], progress: Callable[[int], None] | None = None,
+                  every: int = 5000) -> int:
+        """Write a stream of RawEvents in order; HEARTBEATs go to every partition. Returns the count."""
+        n = 0
+        for event in source:
+            if event["op"] == events.HEARTBEAT:
+                self.heartbeat(event["scn"], ts_ms=event["ts_ms"], thread=event["thread"])
+            else:
+                self.write(event)
+            n += 1
+            if progress is not None and n % every == 0:
+                progress(every)
+        if progress is not None:
+            progress(n % every)
+        return n
 
     def heartbeat(self, scn: int, ts_ms: int = 0, thread: int = 1) -> None:
         """HEARTBEAT(scn) to every partition: no COMMIT below scn will follow on any of them."""

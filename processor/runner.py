@@ -27,7 +27,7 @@ from .ordering import GlobalOrder
 from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
 from .partitions import PartitionState, Phase, restore_partition
 from .sink import KafkaSink
-from .txn import Commit, Txn
+from .txn import Txn
 
 log = structlog.get_logger(__name__)
 
@@ -231,6 +231,7 @@ class Runner:
                 self._process(msgs)
                 now = time.monotonic()
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
+                    self._sample_peaks()
                     if cfg.max_open_age_ms:
                         self._abandon_old_transactions()
                     if self.delivery.commits_offsets_itself:
@@ -394,10 +395,13 @@ class Runner:
         owns_all = set(self.parts) >= {p for p, end in self._targets.items()}
         return owns_all or time.monotonic() - self._last_rebalance > self._settle_s
 
+    def _sample_peaks(self) -> None:
+        engines = [st.engine for st in self.parts.values()]
+        self.summary.peak_buffered_bytes = max(self.summary.peak_buffered_bytes, sum(e.buffered_bytes() for e in engines))
+        self.summary.peak_open_txns = max(self.summary.peak_open_txns, sum(len(e.open) for e in engines))
+
     def _log_progress(self, elapsed: float) -> None:
         snap = self.snapshot()
-        self.summary.peak_buffered_bytes = max(self.summary.peak_buffered_bytes, snap["buffered_bytes"])
-        self.summary.peak_open_txns = max(self.summary.peak_open_txns, snap["open_txns"])
         log.info("progress", events=self.summary.events, events_per_s=round(self.summary.events / max(elapsed, 1e-9)),
                  **{k: v for k, v in snap.items() if k != "partitions"})
         if self.metrics is not None:

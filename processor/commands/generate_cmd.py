@@ -37,7 +37,6 @@ def register(sub) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from ..events import HEARTBEAT
     from ..rawtopic import RawTopicWriter
     from ..sources.generator import WorkloadGenerator
 
@@ -50,14 +49,7 @@ def run(args) -> int:
     show = sys.stderr.isatty() if args.progress is None else args.progress
     started = time.monotonic()
     with tqdm(total=args.events + args.huge_txn_size, unit="ev", disable=not show, desc="generate") as bar:
-        for n, event in enumerate(workload, 1):
-            if event["op"] == HEARTBEAT:
-                writer.heartbeat(event["scn"], ts_ms=event["ts_ms"], thread=event["thread"])
-            else:
-                writer.write(event)
-            if n % 1000 == 0:
-                bar.update(1000)
-        bar.update(n % 1000)
+        writer.write_all(workload, progress=bar.update, every=1000)
     writer.flush()
     elapsed = time.monotonic() - started
     summary = workload.summary()

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from processor.config import ProcessorConfig, load_config
-from processor.events import HEARTBEAT
 from processor.rawtopic import RawTopicWriter
 from processor.sources.generator import WorkloadGenerator
 
@@ -41,11 +40,7 @@ def write_workload(bootstrap: str, topic: str, expected_dir: Path, events: int, 
                    partitions: int = 4, **params) -> dict:
     workload = WorkloadGenerator(events, seed=seed, expected_dir=expected_dir, **params)
     writer = RawTopicWriter(bootstrap, topic, partitions)
-    for event in workload:
-        if event["op"] == HEARTBEAT:
-            writer.heartbeat(event["scn"], ts_ms=event["ts_ms"])
-        else:
-            writer.write(event)
+    writer.write_all(workload)
     writer.flush()
     return workload.summary()
 

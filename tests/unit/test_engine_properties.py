@@ -7,9 +7,8 @@ drawing small adversarial op sequences directly, and the workload generator with
 
 from __future__ import annotations
 
-import heapq
-
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note
 from hypothesis import strategies as st
 
 from processor import events as ev
@@ -67,8 +66,8 @@ def by_partition(changes: list[dict], xid_partition: dict[str, int]) -> dict[int
 def assert_same_output(sink: MemorySink, model: ReferenceModel, feed) -> None:
     expected = [c for p in sorted(model.committed) for t in model.committed[p] for c in t.changes]
     got = sink.change_events()
-    event(f"changes compared: {'0' if not expected else '1-9' if len(expected) < 10 else '10+'}")
-    event(f"dead letters: {'0' if not model.dlq else '1+'}")
+    note(f"changes compared: {'0' if not expected else '1-9' if len(expected) < 10 else '10+'}")
+    note(f"dead letters: {'0' if not model.dlq else '1+'}")
     xid_partition = {e["xid"]: p for p, _, e in feed if e["op"] != ev.HEARTBEAT}
     # Per input partition the order is exact: commit order, then seq.
     assert by_partition(got, xid_partition) == by_partition(expected, xid_partition)
