@@ -33,7 +33,7 @@ BENCHES = ("ceiling", "steady", "huge", "many_open", "latency", "cold_rebuild", 
 
 SIZES = {
     "full": {"steady": 1_000_000, "huge": (500_000, 1_000_000), "many_open": 100_000, "lat_rate": 20_000,
-             "lat_seconds": 15, "cold": 1_000_000, "ordering": 300_000, "ord_lat_seconds": 10, "spark": 100_000},
+             "lat_seconds": 10, "cold": 1_000_000, "ordering": 200_000, "ord_lat_seconds": 6, "spark": 100_000},
     "quick": {"steady": 100_000, "huge": (50_000, 100_000), "many_open": 20_000, "lat_rate": 20_000,
               "lat_seconds": 5, "cold": 100_000, "ordering": 50_000, "ord_lat_seconds": 5, "spark": 20_000},
 }
@@ -68,6 +68,8 @@ class Bench:
                 "--dlq-topic", f"out.{name}.dlq"]
         if available_now:
             args.append("--available-now")
+        # --profile: py-spy records every processor run of the first round (name ends in 0).
+        profile = profile or (self.profile_dir is not None and name.endswith("0"))
         prof = self.profile_dir / f"{name}.speedscope.json" if (profile and self.profile_dir) else None
         return m.Proc("bench.procmain", args, profile=prof)
 
@@ -459,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, one run (development)")
     ap.add_argument("--only", default=",".join(BENCHES), help=f"comma list of {','.join(BENCHES)}")
     ap.add_argument("--runs", type=int, default=None, help="runs per benchmark (default 3, quick 1)")
-    ap.add_argument("--profile", action="store_true", help="py-spy record the first steady run (speedscope JSON)")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy record the processor runs of the first round (speedscope JSON in bench/results/)")
     ap.add_argument("--out", default=None, help="results JSON path (default bench/results/<timestamp>.json)")
     args = ap.parse_args(argv)
     only = {b.strip() for b in args.only.split(",") if b.strip()}
