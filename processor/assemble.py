@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from . import events as ev
-from . import keys
+from . import keys, stored
 from .buffer import Store
 from .fragments import apply_fragment
 from .txn import Txn
@@ -19,43 +19,43 @@ from .txn import Txn
 
 @dataclass(slots=True)
 class Change:
-    """One surviving change: its routing fields, and either its raw body bytes or, once fragments
+    """One surviving change: its stored header, and either its raw body bytes or, once fragments
     changed it, the decoded event."""
 
-    fields: dict
-    raw: bytes
+    op: str
+    seq: int
+    scn: int
+    ts_ms: int
+    table: str | None
+    row_id: str | None
+    attrs: dict
+    kafka_key: bytes
     body_at: int
+    raw: bytes
     decoded: dict | None = None
-
-    @property
-    def key(self) -> dict | None:
-        if self.decoded is not None:
-            return self.decoded["key"]
-        return ev.decode_key_at(self.raw, self.body_at)
 
 
 def iter_changes(store: Store, txn: Txn) -> Iterator[Change]:
     """Surviving changes after the emit cursor, in seq order, with fragments merged."""
     begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
     end = keys.upper_bound(txn.prefix + keys.EVENT)
-    for _, raw in store.scan(begin, end):
-        fields, body_at = ev.decode_routing(raw)
-        op = fields["op"]
-        if op in ev.FRAGMENT_OPS:
+    for _, value in store.scan(begin, end):
+        header, raw = stored.unpack(value)
+        if header[0] in ev.FRAGMENT_OPS:
             continue  # merged into its target below
-        change = Change(fields, raw, body_at)
-        if txn.fragments and op in ev.ROW_OPS:
+        change = Change(*header, raw)
+        if txn.fragments and change.op in ev.ROW_OPS:
             _merge_fragments(store, txn, change)
         yield change
 
 
 def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
-    prefix = keys.fragment_prefix(txn.prefix, change.fields["seq"])
+    prefix = keys.fragment_prefix(txn.prefix, change.seq)
     for pointer, _ in store.scan_prefix(prefix):
-        raw = store.get(keys.event_key(txn.prefix, keys.seq_of(pointer)))
-        if raw is None:
+        value = store.get(keys.event_key(txn.prefix, keys.seq_of(pointer)))
+        if value is None:
             continue  # the fragment itself was rolled back
-        fragment = ev.decode_raw(raw)
+        fragment = ev.decode_raw(stored.raw_of(value))
         if change.decoded is None:
             change.decoded = ev.decode_raw(change.raw)
         after = dict(change.decoded["after"] or {})
@@ -66,15 +66,14 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
 
 def change_event_bytes(change: Change, txn: Txn, total_order: int, collection_order: int) -> bytes:
     """The ChangeEvent (Debezium envelope) of one surviving change, Avro-encoded."""
-    f = change.fields
     commit = txn.commit
-    head = {"event_id": ev.event_id(commit.thread, commit.scn, txn.xid, f["seq"]),
-            "op": ev.ENVELOPE_OP[f["op"]], "ts_ms": f["ts_ms"]}
+    head = {"event_id": ev.event_id(commit.thread, commit.scn, txn.xid, change.seq),
+            "op": ev.ENVELOPE_OP[change.op], "ts_ms": change.ts_ms}
     tail = {
         "source": {
-            "table": f["table"], "xid": txn.xid, "seq": f["seq"], "scn": f["scn"],
+            "table": change.table, "xid": txn.xid, "seq": change.seq, "scn": change.scn,
             "commit_scn": commit.scn, "commit_ts_ms": commit.ts_ms, "thread": commit.thread,
-            "user": txn.user, "row_id": f["row_id"], "attrs": f["attrs"],
+            "user": txn.user, "row_id": change.row_id, "attrs": change.attrs,
         },
         "transaction": {"id": txn.xid, "total_order": total_order, "data_collection_order": collection_order},
     }

@@ -67,17 +67,16 @@ class Emitter:
         self.sink.send_transaction(key, ev.encode_transaction(transaction_event("BEGIN", txn, self.ordering)),
                                    self._check)
         for change in iter_changes(engine.store, txn):
-            fields = change.fields
-            table = fields["table"] or ""
+            table = change.table or ""
             em.produced += 1
             em.tables[table] = em.tables.get(table, 0) + 1
             order = em.produced
-            em.inflight.append((order, fields["seq"], table))
+            em.inflight.append((order, change.seq, table))
             value = change_event_bytes(change, txn, order, em.tables[table])
-            ckey = ev.change_key(fields["table"], change.key)
-            self.sink.send_change(ckey, value, lambda err, em=em, order=order: self._change_acked(em, order, err))
-            if self.tombstones and fields["op"] == ev.DELETE:
-                self.sink.send_change(ckey, None, self._check)
+            self.sink.send_change(change.kafka_key, value,
+                                  lambda err, em=em, order=order: self._change_acked(em, order, err))
+            if self.tombstones and change.op == ev.DELETE:
+                self.sink.send_change(change.kafka_key, None, self._check)
             self.changes_emitted += 1
         em.all_sent = True
         self.advance()

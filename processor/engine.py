@@ -13,11 +13,11 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from . import events as ev
-from . import keys
+from . import keys, stored
 from .buffer import Batch, Store
 from .txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK, Commit, Txn
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _DONE = struct.Struct(">Q")
 
 
@@ -143,15 +143,15 @@ class PartitionEngine:
         self._pos_dirty = True
         self.stats.events += 1
         try:
-            e = ev.decode_raw(value or b"")
+            e, body_at = ev.decode_raw_with_body_offset(value or b"")
         except ev.DecodeError as exc:
             return self._dead(offset, key, value, str(exc))
         problem = validate(e)
         if problem:
             return self._dead(offset, key, value, problem)
-        return self.apply_decoded(offset, key, value, e)
+        return self.apply_decoded(offset, key, value, e, body_at)
 
-    def apply_decoded(self, offset: int, key: bytes | None, value: bytes, e: dict) -> list:
+    def apply_decoded(self, offset: int, key: bytes | None, value: bytes, e: dict, body_at: int) -> list:
         op = e["op"]
         if e["ts_ms"] > self.last_ts_ms:
             self.last_ts_ms = e["ts_ms"]  # source time: transaction ages are measured in it
@@ -186,9 +186,9 @@ class PartitionEngine:
             return []
 
         if op in ev.CHANGE_OPS:
-            return self._change(txn, offset, key, value, e)
+            return self._change(txn, offset, key, value, e, body_at)
         if op in ev.FRAGMENT_OPS:
-            return self._fragment(txn, offset, key, value, e)
+            return self._fragment(txn, offset, key, value, e, body_at)
         if op == ev.COMMIT:
             return self._commit(txn, offset, e)
         if op == ev.ROLLBACK:
@@ -198,6 +198,8 @@ class PartitionEngine:
             self._finish(xid, offset, ROLLED_BACK)
             self.stats.rolled_back += 1
             return []
+        if txn.filtered and op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT):
+            return []  # nothing of it is buffered: partial rollbacks have nothing to act on
         if op == ev.SAVEPOINT:
             txn.savepoints.append((e["savepoint"], e["seq"]))
             self._dirty.add(xid)
@@ -224,7 +226,7 @@ class PartitionEngine:
             self._drop_all(txn)
         self._dirty.add(txn.xid)
 
-    def _change(self, txn: Txn, offset: int, key, value: bytes, e: dict) -> list:
+    def _change(self, txn: Txn, offset: int, key, value: bytes, e: dict, body_at: int) -> list:
         if e["undo"]:
             return self._undo(txn, offset, key, value, e)
         if txn.filtered or self.filters.table_excluded(e["table"]):
@@ -232,7 +234,7 @@ class PartitionEngine:
             return []
         seq = e["seq"]
         put = self.batch.put
-        put(keys.event_key(txn.prefix, seq), value)
+        put(keys.event_key(txn.prefix, seq), stored.pack(e, value, body_at, ev.change_key(e["table"], e["key"])))
         sb = keys.seq_bytes(seq)
         if e["row_id"] and e["op"] in ev.ROW_OPS:
             put(keys.row_prefix(txn.prefix, e["row_id"]) + sb, b"")
@@ -268,20 +270,20 @@ class PartitionEngine:
         self.stats.undone += 1
         return []
 
-    def _fragment(self, txn: Txn, offset: int, key, value: bytes, e: dict) -> list:
+    def _fragment(self, txn: Txn, offset: int, key, value: bytes, e: dict, body_at: int) -> list:
         if txn.filtered or self.filters.table_excluded(e["table"]):
             self.stats.filtered_changes += 1
             return []
         if e["row_id"]:
             target = self._newest_surviving(txn, e["row_id"], e["seq"])
-            if target is not None and ev.decode_routing(self.store.get(keys.event_key(txn.prefix, target)))[0]["op"] == ev.DELETE:
+            if target is not None and stored.op_of(self.store.get(keys.event_key(txn.prefix, target))) == ev.DELETE:
                 target = None
         else:
             target = self._newest_change_of_key(txn, e["table"], e["key"], e["seq"])
         if target is None:
             return self._dead(offset, key, value, f"{e['op']}: no preceding INSERT/UPDATE of the row in {txn.xid}")
         seq = e["seq"]
-        self.batch.put(keys.event_key(txn.prefix, seq), value)
+        self.batch.put(keys.event_key(txn.prefix, seq), stored.pack(e, value, body_at, None))
         self.batch.put(keys.fragment_prefix(txn.prefix, target) + keys.seq_bytes(seq), b"")
         if e["subxid"] is not None:
             self.batch.put(keys.subxid_prefix(txn.prefix, e["subxid"]) + keys.seq_bytes(seq), b"")
@@ -295,8 +297,8 @@ class PartitionEngine:
         nothing comes first. Scans back from the fragment, which sources write right after its
         change, so this reads a handful of events and keeps the per-change path free of an index."""
         self.flush_data()
-        for _, raw in self.store.scan_reverse(txn.prefix + keys.EVENT, keys.event_key(txn.prefix, before_seq)):
-            e = ev.decode_raw(raw)
+        for _, value in self.store.scan_reverse(txn.prefix + keys.EVENT, keys.event_key(txn.prefix, before_seq)):
+            e = ev.decode_raw(stored.raw_of(value))
             if e["op"] in ev.ROW_OPS and e["table"] == table and e["key"] == key and not e["undo"]:
                 return None if e["op"] == ev.DELETE else e["seq"]
         return None
@@ -429,7 +431,8 @@ class PartitionEngine:
                 self.batch.put(mkey, txn.to_bytes())
         self._dirty.clear()
         self._prune_completed()
-        pos = {"next_offset": self.next_offset, "watermark": self.watermark, "version": FORMAT_VERSION}
+        pos = {"next_offset": self.next_offset, "watermark": self.watermark, "version": FORMAT_VERSION,
+               "marshal": stored.MARSHAL_VERSION}
         self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
         self._pos_dirty = False
         self.store.write(self.batch)
@@ -452,8 +455,8 @@ class PartitionEngine:
         if raw_pos is None:
             return None
         pos = json.loads(raw_pos)
-        if pos.get("version") != FORMAT_VERSION:
-            return None
+        if pos.get("version") != FORMAT_VERSION or pos.get("marshal") != stored.MARSHAL_VERSION:
+            return None  # written by another format or interpreter: rebuilt, never misread
         eng = cls(partition, store, filters, min_completed)
         eng.next_offset, eng.watermark = pos["next_offset"], pos["watermark"]
         pending = []

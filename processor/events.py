@@ -185,6 +185,7 @@ def _parts() -> dict:
     return {
         "routing": _sub_schema("RawRouting", "raw_event", slice(0, body_at)),
         "key": _sub_schema("RawKey", "raw_event", slice(body_at, body_at + 1)),
+        "body": _sub_schema("RawBody", "raw_event", slice(body_at, None)),
         "head": _sub_schema("ChangeHead", "change_event", slice(0, change_body_at)),
         "tail": _sub_schema("ChangeTail", "change_event", slice(change_body_at + 4, None)),
     }
@@ -198,6 +199,23 @@ def decode_routing(data: bytes) -> tuple[dict, int]:
     except Exception as exc:
         raise DecodeError(f"undecodable Avro: {type(exc).__name__}: {exc}") from exc
     return head, buf.tell()
+
+
+def decode_raw_with_body_offset(data: bytes) -> tuple[dict, int]:
+    """A whole RawEvent, validated to its last byte, and the offset where `key` starts."""
+    if not data:
+        raise DecodeError("empty record")
+    buf = io.BytesIO(data)
+    parts = _parts()
+    try:
+        record = fastavro.schemaless_reader(buf, parts["routing"], None)
+        body_at = buf.tell()
+        record.update(fastavro.schemaless_reader(buf, parts["body"], None))
+    except Exception as exc:  # fastavro raises many types (EOFError, IndexError, UnicodeDecodeError...)
+        raise DecodeError(f"undecodable Avro: {type(exc).__name__}: {exc}") from exc
+    if buf.tell() != len(data):
+        raise DecodeError(f"trailing bytes: decoded {buf.tell()} of {len(data)}")
+    return record, body_at
 
 
 def decode_key_at(data: bytes, position: int) -> dict | None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import json
 
 
 def register(sub) -> None:
     p = sub.add_parser("spark", help="run the Spark Structured Streaming job over txbuffer.changes")
-    p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
+    default_bootstrap = os.environ.get("TXBUFFER_BOOTSTRAP")  # the processor's setting, as in compose and k8s
+    p.add_argument("--bootstrap", required=default_bootstrap is None, default=default_bootstrap,
+                   help="Kafka bootstrap servers (default: $TXBUFFER_BOOTSTRAP)")
     p.add_argument("--topic", default="txbuffer.changes")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (offsets and dedup state)")
     p.add_argument("--output", required=True, help="output directory: changelog/ and state/")

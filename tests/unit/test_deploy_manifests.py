@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import importlib.resources
 import importlib.util
 import json
@@ -363,20 +364,30 @@ def test_configmap_config_yaml_loads_with_load_config(tmp_path):
 
 # --------------------------------------------------------------------------- CLI arguments in the manifests
 
-def cli_invocations() -> list[tuple[str, list[str]]]:
-    """(where, argv after `txbuffer`) for every txbuffer command line in the manifests."""
+def _env_dict(env) -> dict[str, str]:
+    if isinstance(env, dict):
+        return {k: str(v) for k, v in env.items()}
+    return {e["name"]: str(e.get("value", "")) for e in env or [] if isinstance(e, dict)} or \
+        dict(item.split("=", 1) for item in env or [] if isinstance(item, str) and "=" in item)
+
+
+def cli_invocations() -> list[tuple[str, list[str], dict[str, str]]]:
+    """(where, argv after `txbuffer`, the container's environment) for every txbuffer command line."""
     calls = []
     for name, svc in load_compose()["services"].items():
         image = svc.get("image")
         command = svc.get("command")
+        env = _env_dict(svc.get("environment"))
         if isinstance(command, str):
             command = shlex.split(command)
         if image in TXBUFFER_IMAGES:
-            calls.append((f"compose:{name}", list(command or ["run"])))
+            calls.append((f"compose:{name}", list(command or ["run"]), env))
         elif image in SPARK_IMAGES and command and command[0] == "txbuffer":
-            calls.append((f"compose:{name}", command[1:]))
-    calls.append(("k8s:statefulset", list(processor_container()["args"])))
-    calls.append(("sparkapplication", list(yaml.safe_load(SPARK_APP.read_text())["spec"]["arguments"])))
+            calls.append((f"compose:{name}", command[1:], env))
+    container = processor_container()
+    calls.append(("k8s:statefulset", list(container["args"]), _env_dict(container.get("env"))))
+    app = yaml.safe_load(SPARK_APP.read_text())["spec"]
+    calls.append(("sparkapplication", list(app["arguments"]), _env_dict(app.get("driver", {}).get("env"))))
     return calls
 
 
@@ -387,8 +398,12 @@ def registered_parser(monkeypatch):
     return cli.build_parser()
 
 
-@pytest.mark.parametrize("where, argv", cli_invocations(), ids=[w for w, _ in cli_invocations()])
-def test_manifest_command_lines_parse_with_the_cli(where, argv, monkeypatch, capsys):
+@pytest.mark.parametrize("where, argv, env", cli_invocations(), ids=[w for w, _, _ in cli_invocations()])
+def test_manifest_command_lines_parse_with_the_cli(where, argv, env, monkeypatch, capsys):
+    for name in [n for n in os.environ if n.startswith("TXBUFFER_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():  # the container's environment, as the command sees it there
+        monkeypatch.setenv(name, value)
     parser = registered_parser(monkeypatch)
     subparsers = next(a for a in parser._actions if a.dest == "command")
     command = next(a for a in argv if not a.startswith("-") and a not in {"json", "console", "INFO", "DEBUG"})
