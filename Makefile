@@ -28,6 +28,7 @@ demo: venv
 
 ## The benchmark harness (not part of the test suite).
 bench: venv
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.run
 
 ## The kill campaign (1M events, 20 kills, 3 instances); see README.
