@@ -219,8 +219,7 @@ class Runner:
         if cfg.available_now:
             self._targets = end_offsets(cfg.bootstrap, cfg.raw_topic, group=cfg.group + "-probe")
             log.info("run.available_now", targets=self._targets)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._request_stop)
+        previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.delivery.start()
         self.consumer.subscribe([cfg.raw_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
@@ -251,6 +250,8 @@ class Runner:
                     break
         finally:
             self.summary.seconds = time.monotonic() - started
+            for sig, handler in previous.items():  # also drops the handlers' reference to this runner
+                signal.signal(sig, handler)
             self.close()
         return self.summary
 

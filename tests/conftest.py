@@ -6,6 +6,7 @@ else the embedded Tansu broker. TXBUFFER_TEST_BROKER=embedded|kafka forces one.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -62,6 +63,9 @@ def broker():
 
     with EmbeddedBroker() as embedded:
         yield BrokerHandle(embedded.bootstrap, "embedded")
+        # Destroy clients that outlived their tests while the broker still answers; otherwise
+        # librdkafka logs "connection refused" after pytest's closing summary.
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
