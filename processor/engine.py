@@ -422,6 +422,8 @@ class PartitionEngine:
 
     def checkpoint(self) -> None:
         """Write data, transaction metadata, completed index and position in one batch."""
+        if not (len(self.batch) or self._dirty or self._pos_dirty):
+            return  # an idle loop writes nothing
         for xid in self._dirty:
             txn = self.open.get(xid) or self.pending.get(xid)
             mkey = keys.meta_key(self.partition, xid)

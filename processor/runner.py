@@ -259,10 +259,10 @@ class Runner:
         self.stop_requested = True
 
     def _process(self, msgs) -> None:
-        # Transactions a previous run left committed-but-unfinished go out before anything this
-        # batch commits (commit order), and before this batch can add to engine.pending.
         if msgs or self.to_resume or self.emitter.queue or (self.orderer is not None and self.orderer.heap):
             self.delivery.begin_batch()
+        # Transactions a previous run left committed-but-unfinished go out before anything this
+        # batch commits (commit order), and before this batch can add to engine.pending.
         self._resume_pending()
         committed: list[tuple[PartitionEngine, Txn]] = []
         dead = False
