@@ -85,6 +85,7 @@ class Runner:
             "fetch.max.bytes": 8 << 20,
             "queued.max.messages.kbytes": 16384,
             "queued.min.messages": 20000,
+            "on_commit": self._on_commit,
         })
         self.summary = RunSummary()
         self.stop_requested = False
@@ -357,6 +358,17 @@ class Runner:
                 self.sink.dead_letter(self.cfg.raw_topic, p, txn.first_offset, txn.xid.encode(), None, reason)
                 engine.abandon(txn.xid, engine.next_offset - 1)
         self.sink.flush_dead_letters()
+
+    def _on_commit(self, err, partitions: list[TopicPartition]) -> None:
+        """A failed commit (e.g. a stale generation during a rebalance) is retried at the next
+        interval even if the low watermark has not moved since."""
+        failed = [tp for tp in partitions if err is not None or tp.error is not None]
+        for tp in failed:
+            if self._committed_lw.get(tp.partition) == tp.offset:
+                del self._committed_lw[tp.partition]
+        if failed:
+            log.warning("offsets.commit_failed", error=str(err or failed[0].error),
+                        partitions={tp.partition: tp.offset for tp in failed})
 
     def _low_watermarks(self) -> list[TopicPartition]:
         return [TopicPartition(self.cfg.raw_topic, p, st.engine.low_watermark()) for p, st in self.parts.items()]
