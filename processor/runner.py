@@ -23,6 +23,7 @@ from .delivery import for_guarantee
 from .emitter import Emitter
 from .engine import Committed, DeadLetter, Filters, PartitionEngine
 from .index_rebuild import completed_from_records
+from .offsets import OffsetCommitter
 from .ordering import GlobalOrder
 from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
 from .partitions import PartitionState, Phase, restore_partition
@@ -76,6 +77,7 @@ class Runner:
         self.emitter = Emitter(self.sink, cfg.ordering, cfg.tombstones)
         self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter)
         self.orderer = GlobalOrder(cfg.max_hold_ms, cfg.stall_warn_ms) if cfg.ordering == "global" else None
+        self.offsets = OffsetCommitter(cfg.raw_topic, self.sink, self.producer.poll)
         self.consumer = Consumer({
             "bootstrap.servers": cfg.bootstrap,
             "group.id": cfg.group,
@@ -85,12 +87,12 @@ class Runner:
             "fetch.max.bytes": 8 << 20,
             "queued.max.messages.kbytes": 16384,
             "queued.min.messages": 20000,
-            "on_commit": self._on_commit,
+            "on_commit": self.offsets.on_commit,
         })
+        self.offsets.consumer = self.consumer
         self.summary = RunSummary()
         self.stop_requested = False
         self._last_commit = 0.0
-        self._committed_lw: dict[int, int] = {}
         self._targets: dict[int, int] | None = None
         self._closing = False
         self._last_rebalance = time.monotonic()
@@ -195,11 +197,16 @@ class Runner:
                 self.orderer.drop_partition(p)
             state.move(Phase.CLOSED)
             log.info("partition.revoked", partition=p, low_watermark=offsets[-1].offset)
-        if offsets:
+        if offsets and self.offsets.outputs_durable():
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
             except Exception as exc:  # the group may already have moved on; the store still has it
                 log.warning("partition.revoke_commit_failed", error=str(exc))
+        elif offsets:
+            # Outcome records or dead letters are not acknowledged yet (e.g. the broker is hung):
+            # the next owner re-reads from the older watermark rather than past unrecorded outcomes.
+            log.warning("partition.revoke_commit_skipped", unacked_outcomes=self.sink.outcomes_unacked,
+                        unacked_dead_letters=self.sink.dlq_unacked)
         consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -359,37 +366,12 @@ class Runner:
                 engine.abandon(txn.xid, engine.next_offset - 1)
         self.sink.flush_dead_letters()
 
-    def _on_commit(self, err, partitions: list[TopicPartition]) -> None:
-        """A failed commit (e.g. a stale generation during a rebalance) is retried at the next
-        interval even if the low watermark has not moved since."""
-        failed = [tp for tp in partitions if err is not None or tp.error is not None]
-        for tp in failed:
-            if self._committed_lw.get(tp.partition) == tp.offset:
-                del self._committed_lw[tp.partition]
-        if failed:
-            log.warning("offsets.commit_failed", error=str(err or failed[0].error),
-                        partitions={tp.partition: tp.offset for tp in failed})
-
     def _low_watermarks(self) -> list[TopicPartition]:
         return [TopicPartition(self.cfg.raw_topic, p, st.engine.low_watermark()) for p, st in self.parts.items()]
 
     def _commit_offsets(self, force: bool = False, asynchronous: bool = True) -> None:
         self._last_commit = time.monotonic()
-        # A finished transaction's outcome must be durable before the watermark moves past it.
-        deadline = time.monotonic() + 5
-        while self.sink.outcomes_unacked and time.monotonic() < deadline:
-            self.producer.poll(0.05)
-        if self.sink.outcomes_unacked:
-            log.warning("offsets.commit_deferred", unacked_outcomes=self.sink.outcomes_unacked)
-            return
-        offsets = []
-        for p, state in self.parts.items():
-            lw = state.engine.low_watermark()
-            if force or self._committed_lw.get(p) != lw:
-                offsets.append(TopicPartition(self.cfg.raw_topic, p, lw))
-                self._committed_lw[p] = lw
-        if offsets:
-            self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        self.offsets.commit({p: st.engine.low_watermark() for p, st in self.parts.items()}, force, asynchronous)
 
     def _reached_targets(self) -> bool:
         """Available-now is done when what existed at start is processed on every partition this
