@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from processor import events as ev
 from processor.rawtopic import RawTopicWriter
-from processor.sources.generator import partition_of
+from processor.partitioning import partition_of
 
 BASE_TS_MS = 1_700_000_000_000
 TABLES = ("app.accounts", "app.orders", "app.items", "app.ledger")

@@ -14,7 +14,8 @@ from processor import events, expected
 from processor.commands import generate_cmd
 from processor.kafka_util import ensure_topics
 from processor.reference import ReferenceModel
-from processor.sources.generator import fan_out, generate, partition_of
+from processor.partitioning import fan_out, partition_of
+from processor.sources.generator import generate
 from processor.verify import read_topic, verify
 
 pytestmark = pytest.mark.integration

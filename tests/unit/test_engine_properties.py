@@ -18,7 +18,8 @@ from processor.engine import Committed, DeadLetter, Filters, PartitionEngine
 from processor.memsink import MemorySink
 from processor.ordering import GlobalOrder
 from processor.reference import ReferenceModel
-from processor.sources.generator import WorkloadGenerator, fan_out
+from processor.partitioning import fan_out
+from processor.sources.generator import WorkloadGenerator
 
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                       HealthCheck.function_scoped_fixture])

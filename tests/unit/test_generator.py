@@ -10,7 +10,8 @@ import pytest
 
 from processor import events, expected
 from processor.reference import ReferenceModel
-from processor.sources.generator import BULK_TABLE, WorkloadGenerator, fan_out, generate, murmur2, partition_of
+from processor.partitioning import fan_out, murmur2, partition_of
+from processor.sources.generator import BULK_TABLE, WorkloadGenerator, generate
 
 PARTITIONS = 4
 
