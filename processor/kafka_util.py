@@ -90,11 +90,12 @@ def produce_all(producer: Producer, topic: str, records: Iterable[tuple[bytes | 
     return n
 
 
-def end_offsets(bootstrap: str, topic: str, group: str = "txbuffer-probe") -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, group: str = "txbuffer-probe", timeout_s: float = 10.0) -> dict[int, int]:
     """True end offset per partition.
 
-    Tansu's ListOffsets under-reports the end (it returns the last batch's base offset), so this
-    reads each partition from that point and takes the high watermark of the fetch response.
+    Tansu's ListOffsets under-reports the end: it returns the base offset of the last record batch,
+    so a partition holding one batch looks empty (low == listed == 0). Each partition is therefore
+    fetched from there, and the end is the high watermark of the fetch response.
     """
     from confluent_kafka import Consumer
 
@@ -102,23 +103,25 @@ def end_offsets(bootstrap: str, topic: str, group: str = "txbuffer-probe") -> di
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_DEFAULTS})
     try:
         ends: dict[int, int] = {}
+        start = []
         for p in range(n):
-            low, listed = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if listed <= low:
-                ends[p] = listed
-                continue
-            consumer.assign([TopicPartition(topic, p, max(low, listed - 1))])
-            end = listed
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is not None and not msg.error():
-                    end = max(end, msg.offset() + 1)
-                hw = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
-                if hw and hw[1] >= 0 and msg is not None:
-                    end = max(end, hw[1])
-                    break
-            ends[p] = end
+            low, listed = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            ends[p] = listed
+            start.append(TopicPartition(topic, p, max(low, listed - 1) if listed > low else low))
+        consumer.assign(start)  # every partition at once: one round of fetches, not one per partition
+        waiting = set(ends)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
+            for p in list(waiting):
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+                if high is not None and high >= 0:  # a fetch response arrived: its high watermark is exact
+                    ends[p] = max(ends[p], high)
+                    waiting.discard(p)
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: no fetch response for partitions {sorted(waiting)} within {timeout_s}s")
         return ends
     finally:
         consumer.close()

@@ -21,6 +21,18 @@ def configure_logging(fmt: str | None = None, level: str = "INFO") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=False,
     )
+
+
+class _StderrLogger:
+    """Writes to whatever sys.stderr is at the time of the call (tests and tools swap it)."""
+
+    def __init__(self, *args: object) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    debug = info = warning = warn = error = critical = exception = fatal = log = msg

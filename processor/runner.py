@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 import structlog
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from . import events as ev
 from .buffer import RocksStore
@@ -96,8 +96,10 @@ class Runner:
         self._targets: dict[int, int] | None = None
         self._closing = False
         self._last_rebalance = time.monotonic()
-        # A dead member keeps its partitions until its session times out; settle for longer than that.
-        self._settle_s = CONSUMER_DEFAULTS["session.timeout.ms"] / 1000 + 2
+        # A dead member keeps its partitions until its session times out and the group rebalances
+        # (Tansu takes a while longer): without proof those partitions are done, wait well past it.
+        self._settle_s = 3 * CONSUMER_DEFAULTS["session.timeout.ms"] / 1000 + 2
+        self._last_elsewhere_check = 0.0
 
     # ------------------------------------------------------------------ rebalance
 
@@ -105,8 +107,28 @@ class Runner:
         self._last_rebalance = time.monotonic()
         if self._closing:
             return  # leaving the group: take nothing on
+        # A hung broker (seen: a 30 s SIGSTOP) times out the look-ups below; retry rather than exit.
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                staged = self._restore_partitions(consumer, partitions)
+                break
+            except (KafkaException, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("partition.assign_retry", partitions=[tp.partition for tp in partitions], error=str(exc))
+                time.sleep(1.0)
+        for state, source in staged.values():
+            self.parts[state.partition] = state
+            self.summary.restores[state.partition] = source
+            self.to_resume.append(state.partition)
+        consumer.incremental_assign([TopicPartition(self.cfg.raw_topic, p, state.engine.next_offset)
+                                     for p, (state, _) in staged.items()])
+
+    def _restore_partitions(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict:
+        """{partition: (state, source)} with engines restored or rebuilt; nothing is taken on until all are."""
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
-        assign = []
+        staged = {}
         rebuild: dict[int, tuple[PartitionEngine, int]] = {}
         for tp in partitions:
             p = tp.partition
@@ -131,16 +153,14 @@ class Runner:
                         f"recreated or truncated, the state for it no longer matches the log"), lost=start - end)
             if engine is not restored.engine or restored.source != "local":
                 rebuild[p] = (engine, start)
+            engine.next_offset = start
             state.engine = engine
-            self.parts[p] = state
-            self.summary.restores[p] = restored.source
-            self.to_resume.append(p)
+            staged[p] = (state, restored.source)
             log.info("partition.assigned", partition=p, source=restored.source, start_offset=start,
                      committed=c, open_txns=len(restored.engine.open), pending=len(restored.engine.pending))
-            assign.append(TopicPartition(self.cfg.raw_topic, p, start))
         if rebuild:
             self._rebuild_completed_index(rebuild)
-        consumer.incremental_assign(assign)
+        return staged
 
     def _rebuild_completed_index(self, rebuild: dict[int, tuple[PartitionEngine, int]]) -> None:
         found = completed_from_records(self.cfg.bootstrap, self.cfg.transactions_topic, self.cfg.outcomes_topic,
@@ -373,10 +393,22 @@ class Runner:
         self._last_commit = time.monotonic()
         self.offsets.commit({p: st.engine.low_watermark() for p, st in self.parts.items()}, force, asynchronous)
 
+    def _finished_elsewhere(self, targets: dict[int, int]) -> bool:
+        """Every partition this instance does not own has a committed low watermark at its target."""
+        now = time.monotonic()
+        if now - self._last_elsewhere_check < 1.0:
+            return False
+        self._last_elsewhere_check = now
+        try:
+            committed = self.consumer.committed([TopicPartition(self.cfg.raw_topic, p) for p in targets], timeout=5)
+        except KafkaException:
+            return False
+        return all(tp.offset >= targets[tp.partition] for tp in committed)
+
     def _reached_targets(self) -> bool:
         """Available-now is done when what existed at start is processed on every partition this
-        instance owns, and either it owns them all or the group has settled (no member that died
-        still holds partitions that would come to this one)."""
+        instance owns, and every other partition is either committed at its target by another
+        member or the group has settled long enough that no dead member still holds it."""
         if not self.parts or self.to_resume:
             return False
         if not all(state.engine.next_offset >= self._targets.get(p, 0) for p, state in self.parts.items()):
@@ -387,8 +419,9 @@ class Runner:
                 self.emitter.release(engine, txn)
         if self.emitter.queue:
             return False
-        owns_all = set(self.parts) >= {p for p, end in self._targets.items()}
-        return owns_all or time.monotonic() - self._last_rebalance > self._settle_s
+        others = {p: end for p, end in self._targets.items() if p not in self.parts}
+        return not others or self._finished_elsewhere(others) or \
+            time.monotonic() - self._last_rebalance > self._settle_s
 
     def _sample_peaks(self) -> None:
         engines = [st.engine for st in self.parts.values()]

@@ -67,8 +67,10 @@ def test_metrics_endpoint_reports_open_transaction_during_a_run(broker, tmp_path
             while time.monotonic() < deadline:
                 with urllib.request.urlopen(url, timeout=5) as resp:
                     text = resp.read().decode()
+                # Settled = 'b' open and 'a' finished (its END acknowledged, its events dropped).
                 if (sum(by_partition(text, "txbuffer_open_transactions").values()) == 1
-                        and scalar(text, "txbuffer_changes_emitted_total") == 2):
+                        and scalar(text, "txbuffer_changes_emitted_total") == 2
+                        and scalar(text, "txbuffer_transactions_emitted_total") == 1):
                     seen["text"] = text
                     seen["status"] = from_url(url)
                     return
