@@ -15,6 +15,7 @@ from processor import events
 from processor.commands import replay_cmd
 from processor.kafka_util import CONSUMER_DEFAULTS
 from processor.reference import ReferenceModel
+from ..sourcekit import table_state
 
 pytestmark = pytest.mark.integration
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -50,19 +51,6 @@ def replay(bootstrap: str, source: str, path: Path, partitions: int = 3) -> tupl
     return raw, dlq
 
 
-def table_state(model: ReferenceModel) -> dict:
-    tables: dict = {}
-    for txn in model.all_committed():
-        for ch in txn.changes:
-            t = tables.setdefault(ch["source"]["table"], {})
-            k = json.dumps(ch["key"], sort_keys=True)
-            if ch["op"] in ("c", "u"):
-                t[k] = ch["after"]
-            elif ch["op"] == "d":
-                t.pop(k, None)
-            elif ch["op"] == "t":
-                t.clear()
-    return tables
 
 
 def _dec(v):

@@ -9,6 +9,7 @@ from processor import events
 from processor.reference import ReferenceModel
 from processor.sources.ibmi import IbmiMapper
 from processor.sources.replay import SourceRow, map_rows, read_rows
+from ..sourcekit import table_state
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 KEEP = ("xid", "op", "seq", "scn", "thread", "table", "key", "before", "after", "ddl", "undo", "row_id",
@@ -35,19 +36,6 @@ def feed(evs):
     return model
 
 
-def table_state(model):
-    tables = {}
-    for txn in model.all_committed():
-        for ch in txn.changes:
-            t = tables.setdefault(ch["source"]["table"], {})
-            k = json.dumps(ch["key"], sort_keys=True)
-            if ch["op"] in ("c", "u"):
-                t[k] = ch["after"]
-            elif ch["op"] == "d":
-                t.pop(k, None)
-            elif ch["op"] == "t":
-                t.clear()
-    return tables
 
 
 def test_sample_file_maps_to_the_expected_events_and_dead_letters():

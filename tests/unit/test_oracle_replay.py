@@ -15,6 +15,7 @@ from processor import events
 from processor.reference import ReferenceModel
 from processor.sources.oracle import OracleMapper, join_continuations
 from processor.sources.replay import SourceRow, map_rows, read_rows
+from ..sourcekit import table_state
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 KEEP = ("xid", "op", "seq", "scn", "thread", "table", "key", "before", "after", "ddl", "undo", "row_id",
@@ -48,20 +49,6 @@ def row(code, xid="X1", scn=100, sql=None, table="HR.EMP", rowid=None, **extra):
 INS = """insert into "HR"."EMP"("ID","NAME") values ('{id}','{name}');"""
 
 
-def table_state(model: ReferenceModel) -> dict:
-    """Apply the committed changes in commit order: what a current-state table would hold."""
-    tables: dict[str, dict] = {}
-    for txn in model.all_committed():
-        for ch in txn.changes:
-            t = tables.setdefault(ch["source"]["table"], {})
-            k = json.dumps(ch["key"], sort_keys=True)
-            if ch["op"] in ("c", "u"):
-                t[k] = ch["after"]
-            elif ch["op"] == "d":
-                t.pop(k, None)
-            elif ch["op"] == "t":
-                t.clear()
-    return tables
 
 
 def feed(evs):

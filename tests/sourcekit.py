@@ -1,0 +1,25 @@
+"""Shared by the source-replay tests: the tables a replayed source log leaves behind."""
+
+from __future__ import annotations
+
+import json
+
+from processor.reference import ReferenceModel
+
+
+def table_state(model: ReferenceModel) -> dict:
+    """Apply the reference model's committed changes in commit order: what current-state tables hold.
+
+    Keys are json.dumps(key, sort_keys=True), the form the expected files in tests/data use."""
+    tables: dict[str, dict] = {}
+    for txn in model.all_committed():
+        for ch in txn.changes:
+            t = tables.setdefault(ch["source"]["table"], {})
+            k = json.dumps(ch["key"], sort_keys=True)
+            if ch["op"] in ("c", "u"):
+                t[k] = ch["after"]
+            elif ch["op"] == "d":
+                t.pop(k, None)
+            elif ch["op"] == "t":
+                t.clear()
+    return tables
