@@ -16,8 +16,8 @@ import pytest
 from processor.spark.readback import compare_state, row_counts
 from processor.sources.postgres import check_setup
 from tests.integration.processor_kit import Topics, config, read_with_headers, start_processor
-from tests.integration.test_postgres_capture import (TABLES, big_transaction, db_tables, read_raw, setup_schema,
-                                                     start_capture, wait_streaming, worker)
+from tests.integration.test_postgres_capture import (TABLES, big_transaction, commit_sentinel, db_tables, read_raw,
+                                                     setup_schema, start_capture, wait_streaming, worker)
 
 psycopg2 = pytest.importorskip("psycopg2")
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -54,14 +54,7 @@ def test_postgres_to_spark_current_state_equals_the_database(postgres, broker, s
         for t in threads:
             t.join(120)
         assert not errors, errors
-        conn = psycopg2.connect(dsn)
-        with conn.cursor() as cur:
-            cur.execute("SELECT txid_current()")
-            sentinel = str(cur.fetchone()[0])
-            cur.execute("INSERT INTO hist VALUES (-1, 'sentinel')")
-        conn.commit()
-        conn.close()
-        raw = read_raw(broker.bootstrap, topics.raw, sentinel)
+        raw = read_raw(broker.bootstrap, topics.raw, commit_sentinel(dsn))
     finally:
         capture.send_signal(signal.SIGTERM)
         capture.wait(15)

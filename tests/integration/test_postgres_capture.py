@@ -143,6 +143,18 @@ def big_transaction(cur, rnd: random.Random, base: int, stats: Counter) -> None:
     stats["big"] += 1
 
 
+def commit_sentinel(dsn: str) -> str:
+    """Commit a marker transaction after the workload; its xid tells readers the raw topic is complete."""
+    conn = psycopg2.connect(dsn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT txid_current()")
+        sentinel = str(cur.fetchone()[0])
+        cur.execute("INSERT INTO hist VALUES (-1, 'sentinel')")
+    conn.commit()
+    conn.close()
+    return sentinel
+
+
 def read_raw(bootstrap: str, topic: str, until_xid: str, timeout_s: float = 60.0) -> list[tuple[int, int, dict]]:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -248,15 +260,7 @@ def test_capture_with_restart_reproduces_the_tables(postgres, broker, tmp_path):
         for t in threads:
             t.join(120)
         assert not errors, errors
-        # A sentinel transaction marks the end of the workload on the raw topic.
-        conn = psycopg2.connect(dsn)
-        with conn.cursor() as cur:
-            cur.execute("SELECT txid_current()")
-            sentinel = str(cur.fetchone()[0])
-            cur.execute("INSERT INTO hist VALUES (-1, 'sentinel')")
-        conn.commit()
-        conn.close()
-        records = read_raw(broker.bootstrap, topic, sentinel)
+        records = read_raw(broker.bootstrap, topic, commit_sentinel(dsn))
     finally:
         capture.send_signal(signal.SIGTERM)
         capture.wait(15)
