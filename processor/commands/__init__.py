@@ -1,1 +1,0 @@
-"""One module per `txbuffer` subcommand; each exposes register(subparsers)."""
