@@ -50,14 +50,14 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from processor import events as ev
-from processor import keys
-from processor.broker import EmbeddedBroker, free_port
-from processor.expected import dumps
-from processor.kafka_util import CONSUMER_DEFAULTS, end_offsets
-from processor.rawtopic import RawTopicWriter
-from processor.sources.generator import WorkloadGenerator
-from processor.verify import read_topic, verify
+from processor.core import events as ev
+from processor.core import keys
+from processor.kafka.tansu import EmbeddedBroker, free_port
+from processor.testing.expected import dumps
+from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.testing.generator import WorkloadGenerator
+from processor.testing.verify import read_topic, verify
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -370,7 +370,7 @@ class Chaos:
 
     def _inspect_state_dirs(self) -> None:
         """Leftover keys per state dir and partition, from the store opened read-only."""
-        from processor.status import ReadOnlyRocksStore
+        from processor.runtime.status import ReadOnlyRocksStore
 
         ends = self.out.figures.get("raw_end_offsets", {})
         leaked = stale = meta = 0

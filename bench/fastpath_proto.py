@@ -13,7 +13,7 @@ import timeit
 
 import fastavro
 
-from processor import events as ev
+from processor.core import events as ev
 
 OPS = ev.ALL_OPS  # RawEvent Op enum symbols, in schema order
 CHANGE_OPS = ("c", "u", "d", "t", "ddl")

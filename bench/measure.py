@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 from confluent_kafka import Consumer, TopicPartition
 
-from processor.kafka_util import CONSUMER_DEFAULTS, end_offsets, partition_count
+from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets, partition_count
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,13 @@ from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, TopicPartition
 
-from processor.kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
+from processor.kafka.clients import (
+    CONSUMER_DEFAULTS,
+    end_offsets,
+    ensure_topics,
+    make_producer,
+    partition_count,
+)
 
 
 def _mark(event: str, **kw: object) -> None:

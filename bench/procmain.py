@@ -22,9 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--available-now", action="store_true", default=None)
     args = p.parse_args(argv)
 
-    from processor.config import load_config
-    from processor.logs import configure_logging
-    from processor.runner import Runner
+    from processor.runtime.config import load_config
+    from processor.runtime.logs import configure_logging
+    from processor.runtime.runner import Runner
 
     configure_logging("json", "INFO")
     overrides = {k: v for k, v in vars(args).items() if v is not None}

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from processor import events as ev
-from processor.broker import EmbeddedBroker
-from processor.rawtopic import RawTopicWriter
+from processor.core import events as ev
+from processor.kafka.tansu import EmbeddedBroker
+from processor.kafka.rawtopic import RawTopicWriter
 
 from . import measure as m
 from . import workloads as wl

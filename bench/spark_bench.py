@@ -20,7 +20,7 @@ log = structlog.get_logger(__name__)
 
 
 def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_000):
-    from processor.spark.synth import change_event, kafka_record
+    from processor.testing.spark_synth import change_event, kafka_record
 
     rng = random.Random(seed)
     emitted = []
@@ -46,7 +46,7 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
 
 def bench_spark(bootstrap: str, n_changes: int = 1_000_000, max_offsets_per_trigger: int = 250_000,
                 partitions: int = 4) -> dict:
-    from processor.kafka_util import ensure_topics, make_producer, produce_all
+    from processor.kafka.clients import ensure_topics, make_producer, produce_all
     from processor.spark.job import run_job, spark_session
     from processor.spark.readback import row_counts
 
@@ -80,7 +80,7 @@ if __name__ == "__main__":
     import json
     import sys
 
-    from processor.broker import EmbeddedBroker
+    from processor.kafka.tansu import EmbeddedBroker
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     with EmbeddedBroker() as broker:

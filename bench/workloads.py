@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from processor import events as ev
-from processor.rawtopic import RawTopicWriter
-from processor.partitioning import partition_of
+from processor.core import events as ev
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.core.partitioning import partition_of
 
 BASE_TS_MS = 1_700_000_000_000
 TABLES = ("app.accounts", "app.orders", "app.items", "app.ledger")

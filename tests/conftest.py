@@ -59,7 +59,7 @@ def broker():
         return
     if wanted == "kafka":
         pytest.skip(f"TXBUFFER_TEST_BROKER=kafka but no Docker engine is reachable ({reason})")
-    from processor.broker import EmbeddedBroker
+    from processor.kafka.tansu import EmbeddedBroker
 
     with EmbeddedBroker() as embedded:
         yield BrokerHandle(embedded.bootstrap, "embedded")
@@ -85,7 +85,7 @@ def changes_topic(broker):
     """A fresh 3-partition changes topic per test."""
     import uuid
 
-    from processor.kafka_util import ensure_topics
+    from processor.kafka.clients import ensure_topics
 
     name = f"changes-{uuid.uuid4().hex[:8]}"
     ensure_topics(broker.bootstrap, {name: 3})

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from processor import events as ev
-from processor.buffer import MemoryStore, RocksStore, Store
-from processor.emitter import Emitter
-from processor.engine import Committed, DeadLetter, Filters, PartitionEngine
-from processor.memsink import MemorySink
+from processor.core import events as ev
+from processor.store.memory import MemoryStore
+from processor.store.rocks import RocksStore
+from processor.core.store import Store
+from processor.runtime.emitter import Emitter
+from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
+from processor.testing.memsink import MemorySink
 
 
 def make_store(kind: str, tmp_path) -> Store:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from processor.reference import ReferenceModel
+from processor.testing.reference import ReferenceModel
 
 
 def table_state(model: ReferenceModel) -> dict:

@@ -5,7 +5,7 @@
 
 import sys
 
-from processor.cli import main
+from processor.cli.app import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

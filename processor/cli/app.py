@@ -10,19 +10,19 @@ import argparse
 import importlib
 import sys
 
-from .logs import configure_logging
-from .memory import limit_malloc_arenas
+from processor.runtime.logs import configure_logging
+from processor.runtime.memory import limit_malloc_arenas
 
 # module path -> registers these subcommands
 COMMAND_MODULES = [
-    "processor.commands.broker_cmd",
-    "processor.commands.run_cmd",
-    "processor.commands.generate_cmd",
-    "processor.commands.demo_cmd",
-    "processor.commands.replay_cmd",
-    "processor.commands.capture_cmd",
-    "processor.commands.status_cmd",
-    "processor.commands.spark_cmd",
+    "processor.cli.broker",
+    "processor.cli.run",
+    "processor.cli.generate",
+    "processor.cli.demo",
+    "processor.cli.replay",
+    "processor.cli.capture",
+    "processor.cli.status",
+    "processor.cli.spark",
 ]
 
 

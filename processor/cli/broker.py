@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..broker import EmbeddedBroker
+    from processor.kafka.tansu import EmbeddedBroker
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -27,8 +27,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..rawtopic import RawTopicWriter
-    from ..sources.postgres import CaptureError, PostgresCapture, check_setup
+    from processor.kafka.rawtopic import RawTopicWriter
+    from processor.sources.postgres import CaptureError, PostgresCapture, check_setup
 
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     try:

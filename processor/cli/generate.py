@@ -37,8 +37,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from ..rawtopic import RawTopicWriter
-    from ..sources.generator import WorkloadGenerator
+    from processor.kafka.rawtopic import RawTopicWriter
+    from processor.testing.generator import WorkloadGenerator
 
     workload = WorkloadGenerator(
         args.events, open_txns=args.open_txns, seed=args.seed, rollback_rate=args.rollback_rate,

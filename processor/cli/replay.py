@@ -22,17 +22,17 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..kafka_util import ensure_topics, make_producer
-    from ..rawtopic import RawTopicWriter
-    from ..sources.replay import Replay, parse_key_specs, read_rows
+    from processor.kafka.clients import ensure_topics, make_producer
+    from processor.kafka.rawtopic import RawTopicWriter
+    from processor.sources.replay import Replay, parse_key_specs, read_rows
 
     keys = parse_key_specs(args.key)
     if args.source == "oracle":
-        from ..sources.oracle import OracleMapper, join_continuations
+        from processor.sources.oracle import OracleMapper, join_continuations
 
         mapper, rows = OracleMapper(keys), join_continuations(read_rows(args.file))
     else:
-        from ..sources.ibmi import IbmiMapper
+        from processor.sources.ibmi import IbmiMapper
 
         mapper, rows = IbmiMapper(keys), read_rows(args.file)
     writer = RawTopicWriter(args.bootstrap, args.topic, args.partitions)

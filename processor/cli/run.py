@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import structlog
 
-from ..config import ConfigError, ProcessorConfig, load_config
+from processor.runtime.config import ConfigError, ProcessorConfig, load_config
 
 log = structlog.get_logger(__name__)
 
@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..runner import Runner
+    from processor.runtime.runner import Runner
 
     try:
         cfg = config_from_args(args)
@@ -42,7 +42,7 @@ def run(args) -> int:
         return 2
     metrics = None
     if cfg.metrics_port:
-        from ..metrics import Metrics
+        from processor.runtime.metrics import Metrics
 
         metrics = Metrics()
         port = metrics.start_server(cfg.metrics_host, cfg.metrics_port)

@@ -30,8 +30,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..spark.job import run_job, spark_session
-    from ..spark.readback import compare_with_summary, row_counts
+    from processor.spark.job import run_job, spark_session
+    from processor.testing.lake_checks import compare_with_summary
+    from processor.spark.readback import row_counts
 
     spark = spark_session(master=args.master, packages=args.packages, shuffle_partitions=args.shuffle_partitions)
     trigger = "available-now" if args.trigger == "available-now" else f"processingTime={args.interval}"

@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..status import StatusError, from_state_dir, from_url, render
+    from processor.runtime.status import StatusError, from_state_dir, from_url, render
 
     try:
         status = from_url(args.metrics_url, args.timeout) if args.metrics_url else from_state_dir(args.state_dir)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from . import events as ev
-from . import keys, stored
-from .buffer import Store
-from .fragments import apply_fragment
-from .txn import Txn
+from processor.core import events as ev
+from processor.core import keys, stored
+from processor.core.store import Store
+from processor.core.fragments import apply_fragment
+from processor.core.txn import Txn
 
 
 @dataclass(slots=True)

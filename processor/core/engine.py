@@ -12,10 +12,10 @@ import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from . import events as ev
-from . import keys, stored
-from .buffer import Batch, Store
-from .txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK, Commit, Txn
+from processor.core import events as ev
+from processor.core import keys, stored
+from processor.core.store import Batch, Store
+from processor.core.txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK, Commit, Txn
 
 FORMAT_VERSION = 2
 _DONE = struct.Struct(">Q")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import events as ev
+from processor.core import events as ev
 
 
 def _fill(like: str | bytes, n: int) -> str | bytes:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from .engine import PartitionEngine
-from .txn import Txn
+from processor.core.engine import PartitionEngine
+from processor.core.txn import Txn
 
 log = structlog.get_logger(__name__)
 

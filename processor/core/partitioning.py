@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from .events import HEARTBEAT
+from processor.core.events import HEARTBEAT
 
 
 def murmur2(data: bytes) -> int:

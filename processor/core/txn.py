@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 
-from . import keys
+from processor.core import keys
 
 COMMITTED = "committed"
 ROLLED_BACK = "rolled_back"

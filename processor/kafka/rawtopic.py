@@ -10,8 +10,8 @@ from typing import Callable, Iterable
 
 from confluent_kafka import KafkaError, Message
 
-from . import events
-from .kafka_util import ensure_topics, make_producer, partition_count
+from processor.core import events
+from processor.kafka.clients import ensure_topics, make_producer, partition_count
 
 
 class RawTopicWriter:

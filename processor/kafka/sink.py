@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from . import events as ev
-from .emitter import AckCallback
+from processor.core import events as ev
+from processor.core.contracts import AckCallback
 
 
 class KafkaSink:

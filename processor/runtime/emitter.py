@@ -15,21 +15,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from . import events as ev
-from .assemble import change_event_bytes, iter_changes, transaction_event
-from .engine import PartitionEngine
-from .txn import Txn
-
-AckCallback = Callable[[object | None], None]
-
-
-class Sink(Protocol):
-    """Where outputs go. send() may block to make room; on_ack runs later with an error or None."""
-
-    def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None: ...
-
-    def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None: ...
-
+from processor.core import events as ev
+from processor.core.assemble import change_event_bytes, iter_changes, transaction_event
+from processor.core.engine import PartitionEngine
+from processor.core.contracts import AckCallback, Sink
+from processor.core.txn import Txn
 
 class DeliveryFailed(RuntimeError):
     """The broker refused an output after the producer's retries; the process must restart."""

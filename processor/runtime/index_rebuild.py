@@ -16,9 +16,9 @@ import time
 import structlog
 from confluent_kafka import Consumer, TopicPartition
 
-from . import events as ev
-from .kafka_util import CONSUMER_DEFAULTS, end_offsets
-from .txn import COMMITTED
+from processor.core import events as ev
+from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.core.txn import COMMITTED
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Callable
 import structlog
 from confluent_kafka import Consumer, TopicPartition
 
-from .sink import KafkaSink
+from processor.kafka.sink import KafkaSink
 
 log = structlog.get_logger(__name__)
 

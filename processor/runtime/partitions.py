@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from .buffer import Store
-from .engine import Filters, PartitionEngine
+from processor.core.store import Store
+from processor.core.engine import Filters, PartitionEngine
 
 log = structlog.get_logger(__name__)
 

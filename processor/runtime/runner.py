@@ -16,19 +16,25 @@ from dataclasses import dataclass, field
 import structlog
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from . import events as ev
-from .buffer import RocksStore
-from .config import ProcessorConfig
-from .delivery import for_guarantee
-from .emitter import Emitter
-from .engine import Committed, DeadLetter, Filters, PartitionEngine
-from .index_rebuild import completed_from_records
-from .offsets import OffsetCommitter
-from .ordering import GlobalOrder
-from .kafka_util import CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer, partition_count
-from .partitions import PartitionState, Phase, restore_partition
-from .sink import KafkaSink
-from .txn import Txn
+from processor.core import events as ev
+from processor.store.rocks import RocksStore
+from processor.runtime.config import ProcessorConfig
+from processor.kafka.delivery import for_guarantee
+from processor.runtime.emitter import Emitter
+from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
+from processor.runtime.index_rebuild import completed_from_records
+from processor.runtime.offsets import OffsetCommitter
+from processor.core.ordering import GlobalOrder
+from processor.kafka.clients import (
+    CONSUMER_DEFAULTS,
+    end_offsets,
+    ensure_topics,
+    make_producer,
+    partition_count,
+)
+from processor.runtime.partitions import PartitionState, Phase, restore_partition
+from processor.kafka.sink import KafkaSink
+from processor.core.txn import Txn
 
 log = structlog.get_logger(__name__)
 

@@ -14,9 +14,10 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import keys
-from .buffer import Batch, RocksStore
-from .engine import PartitionEngine
+from processor.core import keys
+from processor.core.store import Batch
+from processor.store.rocks import RocksStore
+from processor.core.engine import PartitionEngine
 
 
 class StatusError(RuntimeError):

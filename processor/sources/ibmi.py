@@ -22,8 +22,8 @@ from typing import Any
 
 import structlog
 
-from .. import events as ev
-from .replay import BadRow, as_int, key_of
+from processor.core import events as ev
+from processor.sources.replay import BadRow, as_int, key_of
 
 log = structlog.get_logger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any, Iterable, Iterator
 
 import structlog
 
-from .. import events as ev
-from . import sql_redo
-from .replay import BadRow, SourceRow, as_int, key_of
+from processor.core import events as ev
+from processor.sources import sql_redo
+from processor.sources.replay import BadRow, SourceRow, as_int, key_of
 
 log = structlog.get_logger(__name__)
 

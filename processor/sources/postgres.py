@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import structlog
 
-from .. import events as ev
-from . import pgoutput as pg
+from processor.core import events as ev
+from processor.sources import pgoutput as pg
 
 log = structlog.get_logger(__name__)
 

@@ -86,7 +86,7 @@ def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from processor.events import change_schema
+    from processor.core.events import change_schema
 
     schema = change_schema()
     out_schema = to_arrow_schema(CHANGE_COLUMNS)

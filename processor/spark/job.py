@@ -10,10 +10,10 @@ from typing import Any
 
 import structlog
 
-from .decode import decode_changes
-from .kafka_source import SOURCE_NAME, KafkaClient, _nest
-from .kafka_source import register as register_source
-from .sinks import BatchWriter
+from processor.spark.decode import decode_changes
+from processor.spark.kafka_source import SOURCE_NAME, KafkaClient, _nest
+from processor.spark.kafka_source import register as register_source
+from processor.spark.sinks import BatchWriter
 
 log = structlog.get_logger(__name__)
 

@@ -1,134 +1,13 @@
-"""The state store: one interface, a RocksDB implementation that runs and a memory one for tests.
-
-Writes go through a Batch, written atomically with Store.write(). Reads see only written data;
-the engine flushes its pending batch before a read that depends on it (undo, fragments, commit).
-"""
+"""The RocksDB (rocksdict) Store that the processor runs on."""
 
 from __future__ import annotations
 
 import shutil
-from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Iterator
 
-from .keys import upper_bound
+from processor.core.store import Batch, Store
 
-
-class Batch(ABC):
-    @abstractmethod
-    def put(self, key: bytes, value: bytes) -> None: ...
-
-    @abstractmethod
-    def delete(self, key: bytes) -> None: ...
-
-    @abstractmethod
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete every key k with begin <= k < end."""
-
-    @abstractmethod
-    def __len__(self) -> int: ...
-
-
-class Store(ABC):
-    @abstractmethod
-    def batch(self) -> Batch: ...
-
-    @abstractmethod
-    def write(self, batch: Batch) -> None:
-        """Apply a batch atomically; the batch is consumed."""
-
-    @abstractmethod
-    def get(self, key: bytes) -> bytes | None: ...
-
-    @abstractmethod
-    def scan(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Ascending (key, value) with begin <= key < end, streamed (never materialised)."""
-
-    @abstractmethod
-    def scan_reverse(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Descending (key, value) with begin <= key < end, streamed."""
-
-    @abstractmethod
-    def last_before(self, begin: bytes, end: bytes) -> bytes | None:
-        """The greatest key k with begin <= k < end, in O(log n)."""
-
-    @abstractmethod
-    def close(self) -> None: ...
-
-    def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        return self.scan(prefix, upper_bound(prefix))
-
-    def has_prefix(self, prefix: bytes) -> bool:
-        return next(iter(self.scan_prefix(prefix)), None) is not None
-
-
-# --------------------------------------------------------------------------- memory
-
-class MemoryBatch(Batch):
-    def __init__(self) -> None:
-        self.ops: list[tuple] = []
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self.ops.append(("put", key, value))
-
-    def delete(self, key: bytes) -> None:
-        self.ops.append(("del", key))
-
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        self.ops.append(("range", begin, end))
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-
-class MemoryStore(Store):
-    """A sorted dict with the same semantics as the RocksDB store; for fast engine tests."""
-
-    def __init__(self) -> None:
-        from sortedcontainers import SortedDict
-
-        self.data = SortedDict()
-
-    def batch(self) -> MemoryBatch:
-        return MemoryBatch()
-
-    def write(self, batch: MemoryBatch) -> None:
-        for op in batch.ops:
-            if op[0] == "put":
-                self.data[op[1]] = op[2]
-            elif op[0] == "del":
-                self.data.pop(op[1], None)
-            else:
-                for key in list(self.data.irange(op[1], op[2], inclusive=(True, False))):
-                    del self.data[key]
-        batch.ops = []
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.data.get(key)
-
-    def scan(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        # Snapshot the keys so callers may write while iterating, as with a RocksDB iterator.
-        for key in list(self.data.irange(begin, end, inclusive=(True, False))):
-            value = self.data.get(key)
-            if value is not None:
-                yield key, value
-
-    def scan_reverse(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key in list(self.data.irange(begin, end, inclusive=(True, False), reverse=True)):
-            value = self.data.get(key)
-            if value is not None:
-                yield key, value
-
-    def last_before(self, begin: bytes, end: bytes) -> bytes | None:
-        for key in self.data.irange(begin, end, inclusive=(True, False), reverse=True):
-            return key
-        return None
-
-    def close(self) -> None:
-        pass
-
-
-# --------------------------------------------------------------------------- rocksdb
 
 class RocksBatch(Batch):
     def __init__(self) -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 import structlog
 from tqdm import tqdm
 
-from .broker import EmbeddedBroker
-from .config import load_config
-from .rawtopic import RawTopicWriter
-from .runner import Runner
-from .sources.generator import WorkloadGenerator
-from .verify import verify
+from processor.kafka.tansu import EmbeddedBroker
+from processor.runtime.config import load_config
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.runtime.runner import Runner
+from processor.testing.generator import WorkloadGenerator
+from processor.testing.verify import verify
 
 log = structlog.get_logger(__name__)
 
@@ -86,7 +86,7 @@ def run_demo(opts: DemoOptions) -> int:
 def _spark_stage(bootstrap: str, workdir: Path, expected_dir: Path) -> tuple[bool, list[str]]:
     """Land the changes with Spark and compare the current-state tables with the expected final state."""
     try:
-        from .spark.demo_stage import run_spark_stage
+        from processor.testing.spark_demo import run_spark_stage
     except ImportError as exc:  # pyspark not installed: the demo still verifies the processor
         return True, [f"  spark:      skipped ({exc})"]
     return run_spark_stage(bootstrap, workdir, expected_dir)

@@ -28,11 +28,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .. import events
-from ..events import (BEGIN, COMMIT, DDL, DELETE, HEARTBEAT, INSERT, LOB_ERASE, LOB_TRIM, LOB_WRITE,
-                      LONG_STRING_WRITE, ROLLBACK, ROLLBACK_TO_SAVEPOINT, SAVEPOINT, SUBTXN_ABORT, UPDATE,
-                      XML_WRITE)
-from ..expected import ExpectedWriter, dumps, key_string
+from processor.core import events
+from processor.core.events import (
+    BEGIN,
+    COMMIT,
+    DDL,
+    DELETE,
+    HEARTBEAT,
+    INSERT,
+    LOB_ERASE,
+    LOB_TRIM,
+    LOB_WRITE,
+    LONG_STRING_WRITE,
+    ROLLBACK,
+    ROLLBACK_TO_SAVEPOINT,
+    SAVEPOINT,
+    SUBTXN_ABORT,
+    UPDATE,
+    XML_WRITE,
+)
+from processor.testing.expected import ExpectedWriter, dumps, key_string
 
 BASE_TS_MS = 1_700_000_000_000
 REGIONS = ("eu", "us", "apac")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from . import events as ev
+from processor.core import events as ev
 
 
 class MemorySink:

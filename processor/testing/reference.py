@@ -27,9 +27,25 @@ from typing import Any, Iterable
 
 from fastavro.validation import ValidationError, validate
 
-from . import events
-from .events import (BEGIN, COMMIT, DELETE, FRAGMENT_OPS, HEARTBEAT, INSERT, LOB_ERASE, LOB_TRIM, ROLLBACK,
-                     ROLLBACK_TO_SAVEPOINT, ROW_OPS, SAVEPOINT, SUBTXN_ABORT, TRUNCATE, DDL, UPDATE)
+from processor.core import events
+from processor.core.events import (
+    BEGIN,
+    COMMIT,
+    DELETE,
+    FRAGMENT_OPS,
+    HEARTBEAT,
+    INSERT,
+    LOB_ERASE,
+    LOB_TRIM,
+    ROLLBACK,
+    ROLLBACK_TO_SAVEPOINT,
+    ROW_OPS,
+    SAVEPOINT,
+    SUBTXN_ABORT,
+    TRUNCATE,
+    DDL,
+    UPDATE,
+)
 
 COMMITTED = "committed"
 ROLLED_BACK = "rolled_back"

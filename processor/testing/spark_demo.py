@@ -12,8 +12,9 @@ log = structlog.get_logger(__name__)
 def run_spark_stage(bootstrap: str, workdir: Path, expected_dir: Path,
                     topic: str = "txbuffer.changes") -> tuple[bool, list[str]]:
     """Returns (ok, report lines): per-table row counts and whether they equal the generator's final state."""
-    from .job import run_job, spark_session
-    from .readback import compare_with_summary, read_changelog, row_counts
+    from processor.spark.job import run_job, spark_session
+    from processor.testing.lake_checks import compare_with_summary
+    from processor.spark.readback import read_changelog, row_counts
 
     out, ck = workdir / "spark" / "output", workdir / "spark" / "checkpoint"
     spark = spark_session(app="txbuffer-demo")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.events import change_key, encode_change, event_id
+from processor.core.events import change_key, encode_change, event_id
 
 _ENVELOPE = {"c", "u", "d", "t", "ddl"}
 

@@ -15,9 +15,9 @@ from typing import Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from . import events
-from .expected import dumps, read_changes, read_transactions
-from .kafka_util import CONSUMER_DEFAULTS, end_offsets
+from processor.core import events
+from processor.testing.expected import dumps, read_changes, read_transactions
+from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
 
 SAMPLE = 10  # examples kept per kind of problem
 

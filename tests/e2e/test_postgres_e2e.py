@@ -13,7 +13,8 @@ from collections import Counter
 
 import pytest
 
-from processor.spark.readback import compare_state, row_counts
+from processor.testing.lake_checks import compare_state
+from processor.spark.readback import row_counts
 from processor.sources.postgres import check_setup
 from tests.integration.processor_kit import Topics, config, read_with_headers, start_processor
 from tests.integration.test_postgres_capture import (TABLES, big_transaction, commit_sentinel, db_tables, read_raw,

@@ -54,7 +54,7 @@ def postgres():
     reason = _unavailable()
     if reason:
         pytest.skip(f"PostgreSQL cluster unavailable: {reason}")
-    from processor.broker import free_port
+    from processor.kafka.tansu import free_port
 
     root = Path(tempfile.mkdtemp(prefix="txbuffer-pg-"))
     shutil.chown(root, "postgres", "postgres") if os.geteuid() == 0 else None

@@ -9,9 +9,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from processor.config import ProcessorConfig, load_config
-from processor.rawtopic import RawTopicWriter
-from processor.sources.generator import WorkloadGenerator
+from processor.runtime.config import ProcessorConfig, load_config
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.testing.generator import WorkloadGenerator
 
 
 @dataclass
@@ -64,7 +64,7 @@ def read_with_headers(bootstrap: str, topic: str, timeout_s: float = 60.0) -> li
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    from processor.kafka_util import CONSUMER_DEFAULTS, end_offsets
+    from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
 
     ends = {p: e for p, e in end_offsets(bootstrap, topic).items() if e > 0}
     out = []

@@ -27,10 +27,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processor import events as ev
-from processor.kafka_util import CONSUMER_DEFAULTS, end_offsets
-from processor.rawtopic import RawTopicWriter
-from processor.verify import read_topic, verify
+from processor.core import events as ev
+from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.testing.verify import read_topic, verify
 
 from .processor_kit import Topics, config, read_with_headers, run_args, start_processor, write_workload
 
@@ -95,7 +95,7 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
     the committed low watermark and the END records, and the output is exact."""
     topics = Topics.fresh()
     expected = tmp_path / "expected"
-    from processor.sources.generator import WorkloadGenerator
+    from processor.testing.generator import WorkloadGenerator
 
     gen = WorkloadGenerator(80_000, seed=21, expected_dir=expected, open_txns=150)
     writer = RawTopicWriter(broker.bootstrap, topics.raw, partitions=6)
@@ -155,7 +155,7 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
 _LAUNCHER = r"""
 import os, sys
 from confluent_kafka import Consumer
-import processor.runner as runner
+import processor.runtime.runner as runner
 
 FAKE, RAW = int(os.environ["FAKE_LOG_START"]), os.environ["FAKE_LOG_START_TOPIC"]
 
@@ -167,7 +167,7 @@ class ReportsDeletedLog(Consumer):
         return low_high
 
 runner.Consumer = ReportsDeletedLog
-from processor.cli import main
+from processor.cli.app import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from processor.runner import Runner
-from processor.verify import verify
+from processor.runtime.runner import Runner
+from processor.testing.verify import verify
 
 from .processor_kit import Topics, config, write_workload
 

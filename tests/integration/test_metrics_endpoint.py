@@ -9,12 +9,12 @@ import uuid
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from processor import events as ev
-from processor.config import ProcessorConfig
-from processor.metrics import Metrics
-from processor.rawtopic import RawTopicWriter
-from processor.runner import Runner
-from processor.status import from_url
+from processor.core import events as ev
+from processor.runtime.config import ProcessorConfig
+from processor.runtime.metrics import Metrics
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.runtime.runner import Runner
+from processor.runtime.status import from_url
 
 from tests.enginekit import R, ins
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from processor import events
-from processor.reference import ReferenceModel
+from processor.core import events
+from processor.testing.reference import ReferenceModel
 from processor.sources.postgres import check_setup
 
 psycopg2 = pytest.importorskip("psycopg2")
@@ -158,7 +158,7 @@ def commit_sentinel(dsn: str) -> str:
 def read_raw(bootstrap: str, topic: str, until_xid: str, timeout_s: float = 60.0) -> list[tuple[int, int, dict]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    from processor.kafka_util import CONSUMER_DEFAULTS, partition_count
+    from processor.kafka.clients import CONSUMER_DEFAULTS, partition_count
 
     n = partition_count(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}", **CONSUMER_DEFAULTS})

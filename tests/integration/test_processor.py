@@ -10,10 +10,10 @@ import time
 import psutil
 import pytest
 
-from processor import events as ev
-from processor.rawtopic import RawTopicWriter
-from processor.runner import Runner
-from processor.verify import read_topic, verify
+from processor.core import events as ev
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.runtime.runner import Runner
+from processor.testing.verify import read_topic, verify
 
 from .processor_kit import Topics, config, read_with_headers, start_processor, write_workload
 

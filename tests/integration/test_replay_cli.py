@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from processor import events
-from processor.commands import replay_cmd
-from processor.kafka_util import CONSUMER_DEFAULTS
-from processor.reference import ReferenceModel
+from processor.core import events
+from processor.cli import replay as replay_cmd
+from processor.kafka.clients import CONSUMER_DEFAULTS
+from processor.testing.reference import ReferenceModel
 from ..sourcekit import table_state
 
 pytestmark = pytest.mark.integration

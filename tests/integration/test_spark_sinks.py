@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from processor.expected import apply_changes
-from processor.kafka_util import make_producer, produce_all
+from processor.testing.expected import apply_changes
+from processor.kafka.clients import make_producer, produce_all
 from processor.spark.job import run_job
 from processor.spark.readback import committed_changelog_files, read_changelog, read_state
-from processor.spark.synth import change_event, kafka_record
+from processor.testing.spark_synth import change_event, kafka_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -114,7 +114,7 @@ def test_duplicated_and_cross_partition_reordered_input_yields_the_source_tables
 
 JOB_SCRIPT = textwrap.dedent("""
     import sys
-    from processor.logs import configure_logging
+    from processor.runtime.logs import configure_logging
     from processor.spark.job import run_job
     configure_logging("json", "INFO")
     run_job(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], max_offsets_per_trigger=int(sys.argv[5]))

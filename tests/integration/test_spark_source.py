@@ -6,10 +6,16 @@ import json
 
 import pytest
 
-from processor.kafka_util import make_producer, produce_all
-from processor.spark.kafka_source import (KAFKA_SCHEMA, KafkaOffsetOutOfRange, KafkaRange, KafkaStreamReader,
-                                          rate_limit, read_range)
-from processor.spark.synth import change_event, kafka_record
+from processor.kafka.clients import make_producer, produce_all
+from processor.spark.kafka_source import (
+    KAFKA_SCHEMA,
+    KafkaOffsetOutOfRange,
+    KafkaRange,
+    KafkaStreamReader,
+    rate_limit,
+    read_range,
+)
+from processor.testing.spark_synth import change_event, kafka_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

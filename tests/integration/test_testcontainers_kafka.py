@@ -13,8 +13,14 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 
-from processor.kafka_util import (CONSUMER_DEFAULTS, end_offsets, ensure_topics, make_producer,
-                                  partition_count, produce_all)
+from processor.kafka.clients import (
+    CONSUMER_DEFAULTS,
+    end_offsets,
+    ensure_topics,
+    make_producer,
+    partition_count,
+    produce_all,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +80,7 @@ def apache_kafka_container():
 @pytest.fixture(scope="module", params=["embedded", "apache-kafka"])
 def bootstrap(request):
     if request.param == "embedded":
-        from processor.broker import EmbeddedBroker
+        from processor.kafka.tansu import EmbeddedBroker
 
         broker = EmbeddedBroker().start()
         try:

@@ -10,13 +10,14 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from processor import events, expected
-from processor.commands import generate_cmd
-from processor.kafka_util import ensure_topics
-from processor.reference import ReferenceModel
-from processor.partitioning import fan_out, partition_of
-from processor.sources.generator import generate
-from processor.verify import read_topic, verify
+from processor.core import events
+from processor.testing import expected
+from processor.cli import generate as generate_cmd
+from processor.kafka.clients import ensure_topics
+from processor.testing.reference import ReferenceModel
+from processor.core.partitioning import fan_out, partition_of
+from processor.testing.generator import generate
+from processor.testing.verify import read_topic, verify
 
 pytestmark = pytest.mark.integration
 T = "app.t"
@@ -129,7 +130,7 @@ def test_damage_of_every_kind_is_reported(broker, topics, committed, tmp_path):
 
 
 def test_partition_of_matches_the_producer(broker):
-    from processor.rawtopic import RawTopicWriter
+    from processor.kafka.rawtopic import RawTopicWriter
 
     topic = f"raw-{uuid.uuid4().hex[:8]}"
     writer = RawTopicWriter(broker.bootstrap, topic, partitions=5)

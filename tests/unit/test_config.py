@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.run_cmd import config_from_args
-from processor.cli import build_parser
-from processor.config import ConfigError, ProcessorConfig, load_config
+from processor.cli.run import config_from_args
+from processor.cli.app import build_parser
+from processor.runtime.config import ConfigError, ProcessorConfig, load_config
 
 
 def test_defaults_are_valid():
@@ -73,6 +73,6 @@ def test_every_field_is_a_run_flag_and_flags_reach_the_model(monkeypatch):
 
 
 def test_invalid_flag_value_makes_run_exit_2(capsys):
-    from processor.cli import main
+    from processor.cli.app import main
 
     assert main(["--log-format", "json", "run", "--guarantee", "sometimes"]) == 2

@@ -24,8 +24,8 @@ import jsonschema
 import pytest
 import yaml
 
-from processor import cli
-from processor.config import ENV_PREFIX, ProcessorConfig, load_config
+from processor.cli import app as cli
+from processor.runtime.config import ENV_PREFIX, ProcessorConfig, load_config
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="kubernetes-validate (test extra) ships the Kubernetes schemas")
@@ -42,7 +42,7 @@ DOCKERFILES = [ROOT / "deploy" / "Dockerfile", ROOT / "deploy" / "spark" / "Dock
 K8S_VERSIONS = ["1.29.0", kubernetes_validate.utils.latest_version()]
 
 # TXBUFFER_* variables that are not ProcessorConfig fields, with the module that reads each.
-NON_CONFIG_ENV = {"TXBUFFER_SCHEMAS": ROOT / "processor" / "events.py"}
+NON_CONFIG_ENV = {"TXBUFFER_SCHEMAS": ROOT / "processor" / "core" / "events.py"}
 
 TXBUFFER_IMAGES = {"txbuffer:0.1.0"}
 SPARK_IMAGES = {"txbuffer-spark:0.1.0"}
@@ -408,7 +408,7 @@ def test_manifest_command_lines_parse_with_the_cli(where, argv, env, monkeypatch
     subparsers = next(a for a in parser._actions if a.dest == "command")
     command = next(a for a in argv if not a.startswith("-") and a not in {"json", "console", "INFO", "DEBUG"})
     if command not in subparsers.choices:
-        pytest.skip(f"`txbuffer {command}` is not registered in processor/cli.py yet")
+        pytest.skip(f"`txbuffer {command}` is not registered in processor/cli/app.py yet")
     try:
         parser.parse_args(argv)
     except SystemExit as exc:

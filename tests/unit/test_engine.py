@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from processor import events as ev
-from processor import keys
-from processor.engine import Filters
+from processor.core import events as ev
+from processor.core import keys
+from processor.core.engine import Filters
 
 from ..enginekit import R, dele, ins, make_store, new_run, upd
 
@@ -314,9 +314,9 @@ def test_restore_resumes_open_and_unacknowledged_transactions(store):
     run.sink.unacked.popleft()(None)  # change seq 1
     run.engine.checkpoint()
 
-    from processor.engine import PartitionEngine
-    from processor.memsink import MemorySink
-    from processor.emitter import Emitter
+    from processor.core.engine import PartitionEngine
+    from processor.testing.memsink import MemorySink
+    from processor.runtime.emitter import Emitter
 
     restored = PartitionEngine.restore(0, store)
     assert restored.next_offset == run.engine.next_offset
@@ -336,7 +336,7 @@ def test_restore_resumes_open_and_unacknowledged_transactions(store):
 
 
 def test_completed_index_is_pruned_below_the_low_watermark(store):
-    from processor.engine import PartitionEngine
+    from processor.core.engine import PartitionEngine
 
     run = new_run(store)
     run.engine.min_completed = 2

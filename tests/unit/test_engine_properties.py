@@ -11,15 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
-from processor import events as ev
-from processor.buffer import MemoryStore, RocksStore
-from processor.emitter import Emitter
-from processor.engine import Committed, DeadLetter, Filters, PartitionEngine
-from processor.memsink import MemorySink
-from processor.ordering import GlobalOrder
-from processor.reference import ReferenceModel
-from processor.partitioning import fan_out
-from processor.sources.generator import WorkloadGenerator
+from processor.core import events as ev
+from processor.store.memory import MemoryStore
+from processor.store.rocks import RocksStore
+from processor.runtime.emitter import Emitter
+from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
+from processor.testing.memsink import MemorySink
+from processor.core.ordering import GlobalOrder
+from processor.testing.reference import ReferenceModel
+from processor.core.partitioning import fan_out
+from processor.testing.generator import WorkloadGenerator
 
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                       HealthCheck.function_scoped_fixture])

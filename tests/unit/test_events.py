@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor import events as ev
+from processor.core import events as ev
 
 values = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
                    st.floats(allow_nan=False), st.text(max_size=20), st.binary(max_size=20))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor import events as ev
-from processor.buffer import MemoryStore
-from processor.delivery import AtLeastOnce, ExactlyOnce, for_guarantee
-from processor.emitter import Emitter
-from processor.engine import Committed, PartitionEngine
+from processor.core import events as ev
+from processor.store.memory import MemoryStore
+from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, for_guarantee
+from processor.runtime.emitter import Emitter
+from processor.core.engine import Committed, PartitionEngine
 
 
 class RecordingProducer:
@@ -131,8 +131,8 @@ def test_exactly_once_never_trusts_the_local_store_and_commits_offsets_only_in_t
 
 
 def test_exactly_once_restore_rebuilds_even_when_a_local_store_exists():
-    from processor.engine import Filters
-    from processor.partitions import restore_partition
+    from processor.core.engine import Filters
+    from processor.runtime.partitions import restore_partition
 
     store = MemoryStore()
     engine = PartitionEngine(0, store)

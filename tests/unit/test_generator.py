@@ -8,10 +8,11 @@ import filecmp
 
 import pytest
 
-from processor import events, expected
-from processor.reference import ReferenceModel
-from processor.partitioning import fan_out, murmur2, partition_of
-from processor.sources.generator import BULK_TABLE, WorkloadGenerator, generate
+from processor.core import events
+from processor.testing import expected
+from processor.testing.reference import ReferenceModel
+from processor.core.partitioning import fan_out, murmur2, partition_of
+from processor.testing.generator import BULK_TABLE, WorkloadGenerator, generate
 
 PARTITIONS = 4
 

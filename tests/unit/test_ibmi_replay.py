@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from processor import events
-from processor.reference import ReferenceModel
+from processor.core import events
+from processor.testing.reference import ReferenceModel
 from processor.sources.ibmi import IbmiMapper
 from processor.sources.replay import SourceRow, map_rows, read_rows
 from ..sourcekit import table_state

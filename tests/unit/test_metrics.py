@@ -7,7 +7,7 @@ import urllib.request
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from processor.metrics import Metrics
+from processor.runtime.metrics import Metrics
 
 
 def stats(**kw) -> dict:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from processor import events
-from processor.reference import ReferenceModel
+from processor.core import events
+from processor.testing.reference import ReferenceModel
 from processor.sources.oracle import OracleMapper, join_continuations
 from processor.sources.replay import SourceRow, map_rows, read_rows
 from ..sourcekit import table_state

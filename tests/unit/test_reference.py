@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from processor import events
-from processor.config import ProcessorConfig
-from processor.reference import COMMITTED, FILTERED, ROLLED_BACK, ReferenceModel, apply_fragment
+from processor.core import events
+from processor.runtime.config import ProcessorConfig
+from processor.testing.reference import COMMITTED, FILTERED, ROLLED_BACK, ReferenceModel, apply_fragment
 
 T = "app.t"
 

@@ -8,11 +8,11 @@ import pytest
 import structlog
 from prometheus_client import generate_latest
 
-from processor import events as ev
-from processor.buffer import RocksStore
-from processor.cli import main
-from processor.metrics import Metrics
-from processor.status import from_metrics_text, from_state_dir
+from processor.core import events as ev
+from processor.store.rocks import RocksStore
+from processor.cli.app import main
+from processor.runtime.metrics import Metrics
+from processor.runtime.status import from_metrics_text, from_state_dir
 
 from ..enginekit import R, ins, new_run
 

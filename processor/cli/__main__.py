@@ -1,0 +1,5 @@
+import sys
+
+from processor.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,19 @@
+"""Contracts between the pure core and the I/O layers that implement them.
+
+The emitter (runtime) writes through a Sink; the Kafka layer implements it. Keeping the contract
+here lets both depend on core instead of on each other.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+AckCallback = Callable[[object | None], None]
+
+
+class Sink(Protocol):
+    """Where outputs go. send() may block to make room; on_ack runs later with an error or None."""
+
+    def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None: ...
+
+    def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None: ...

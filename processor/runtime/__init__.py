@@ -1,0 +1,1 @@
+"""The running processor: consumer loop, partition lifecycle, emitter, index rebuild, status, metrics."""
