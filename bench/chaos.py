@@ -45,17 +45,17 @@ import time
 import urllib.request
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
 from processor.core import events as ev
 from processor.core import keys
-from processor.kafka.tansu import EmbeddedBroker, free_port
-from processor.testing.expected import dumps
 from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
+from processor.kafka.tansu import EmbeddedBroker, free_port
+from processor.testing.expected import dumps
 from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import read_topic, verify
 
@@ -73,10 +73,10 @@ class Campaign:
     kills: int = 20
     instances: int = 3
     seed: int = 1
-    rate: float = 4000.0          # feed rate, events/s (0 = as fast as possible)
+    rate: float = 4000.0  # feed rate, events/s (0 = as fast as possible)
     partitions: int = 6
-    open_txns: int = 100          # concurrently open transactions in the generator
-    pause: float = 30.0           # broker SIGSTOP duration, seconds (0 = no pause)
+    open_txns: int = 100  # concurrently open transactions in the generator
+    pause: float = 30.0  # broker SIGSTOP duration, seconds (0 = no pause)
     wipe_prob: float = 0.25
     min_wipes: int = 1
     restart_delay: tuple[float, float] = (0.0, 3.0)
@@ -99,9 +99,9 @@ class Instance:
 @dataclass
 class Restart:
     instance: int
-    at_s: float                  # seconds since campaign start
+    at_s: float  # seconds since campaign start
     wiped: bool
-    reason: str                  # "kill" or "unplanned-exit"
+    reason: str  # "kill" or "unplanned-exit"
     first_output_s: float | None = None
     assigned_s: float | None = None
 
@@ -125,13 +125,18 @@ class Chaos:
         self.tmp = Path(c.workdir or tempfile.mkdtemp(prefix="txbuffer-chaos-"))
         self.tmp.mkdir(parents=True, exist_ok=True)
         tag = uuid.uuid4().hex[:8]
-        self.raw, self.changes, self.txns, self.dlq = (f"raw-{tag}", f"changes-{tag}", f"transactions-{tag}",
-                                                       f"dlq-{tag}")
+        self.raw, self.changes, self.txns, self.dlq = (
+            f"raw-{tag}",
+            f"changes-{tag}",
+            f"transactions-{tag}",
+            f"dlq-{tag}",
+        )
         self.group = f"chaos-{tag}"
         self.expected_dir = self.tmp / "expected"
         self.broker = EmbeddedBroker(log_path=self.tmp / "tansu.log")
-        self.instances = [Instance(i, self.tmp / f"state-{i}", self.tmp / f"instance-{i}.log")
-                          for i in range(c.instances)]
+        self.instances = [
+            Instance(i, self.tmp / f"state-{i}", self.tmp / f"instance-{i}.log") for i in range(c.instances)
+        ]
         self.out = Outcome()
         self.t0 = 0.0
         self.feed_done = threading.Event()
@@ -153,10 +158,30 @@ class Chaos:
         self.say(f"[{entry['t']:8.2f}s] {what} " + " ".join(f"{k}={v}" for k, v in kw.items()))
 
     def _args(self, inst: Instance) -> list[str]:
-        return [sys.executable, "-m", "processor.cli", "--log-format", "json", "run",
-                "--bootstrap", self.broker.bootstrap, "--raw-topic", self.raw, "--changes-topic", self.changes,
-                "--transactions-topic", self.txns, "--dlq-topic", self.dlq, "--group", self.group,
-                "--state-dir", str(inst.state_dir), "--metrics-port", str(inst.port)]
+        return [
+            sys.executable,
+            "-m",
+            "processor.cli",
+            "--log-format",
+            "json",
+            "run",
+            "--bootstrap",
+            self.broker.bootstrap,
+            "--raw-topic",
+            self.raw,
+            "--changes-topic",
+            self.changes,
+            "--transactions-topic",
+            self.txns,
+            "--dlq-topic",
+            self.dlq,
+            "--group",
+            self.group,
+            "--state-dir",
+            str(inst.state_dir),
+            "--metrics-port",
+            str(inst.port),
+        ]
 
     def start(self, inst: Instance, restart: Restart | None = None) -> None:
         inst.port = free_port()
@@ -164,8 +189,13 @@ class Chaos:
         out.write(f'{{"chaos": "start", "n": {inst.starts + 1}}}\n'.encode())
         out.flush()
         inst.started_at = time.monotonic()
-        inst.proc = subprocess.Popen(self._args(inst), stdout=out, stderr=out, env=dict(os.environ),
-                                     cwd=str(Path(__file__).resolve().parent.parent))
+        inst.proc = subprocess.Popen(
+            self._args(inst),
+            stdout=out,
+            stderr=out,
+            env=dict(os.environ),
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
         out.close()
         inst.starts += 1
         if restart is not None:
@@ -198,8 +228,9 @@ class Chaos:
 
     def _feed(self) -> None:
         try:
-            gen = WorkloadGenerator(self.c.events, seed=self.c.seed, expected_dir=self.expected_dir,
-                                    open_txns=self.c.open_txns)
+            gen = WorkloadGenerator(
+                self.c.events, seed=self.c.seed, expected_dir=self.expected_dir, open_txns=self.c.open_txns
+            )
             writer = RawTopicWriter(self.broker.bootstrap, self.raw, partitions=self.c.partitions)
             started = time.monotonic()
             for event in gen:
@@ -224,8 +255,9 @@ class Chaos:
             if inst.proc is not None and inst.proc.poll() is not None:
                 code = inst.proc.returncode
                 tail = inst.log_path.read_text(errors="replace")[-2000:]
-                self.out.unplanned_exits.append({"instance": inst.index, "t": round(self.now(), 2),
-                                                 "returncode": code, "log_tail": tail})
+                self.out.unplanned_exits.append(
+                    {"instance": inst.index, "t": round(self.now(), 2), "returncode": code, "log_tail": tail}
+                )
                 self.note("unplanned-exit", instance=inst.index, returncode=code)
                 r = Restart(inst.index, round(self.now(), 2), False, "unplanned-exit")
                 self.restarts.append(r)
@@ -404,14 +436,15 @@ class Chaos:
                 row["partitions"][p] = fig
             self.out.state_dirs[inst.index] = row
         f = self.out.figures
-        f["leaked_txn_keys"] = leaked    # TXN keys left in stores that processed their partition to the end
-        f["leaked_meta_keys"] = meta     # open/pending transaction metadata left there
-        f["stale_cache_keys"] = stale    # TXN+META keys of partitions this store lost to another member (a cache)
+        f["leaked_txn_keys"] = leaked  # TXN keys left in stores that processed their partition to the end
+        f["leaked_meta_keys"] = meta  # open/pending transaction metadata left there
+        f["stale_cache_keys"] = stale  # TXN+META keys of partitions this store lost to another member (a cache)
 
     def _check_output(self, reached: bool) -> None:
         f = self.out.figures
-        rep = verify(self.broker.bootstrap, self.expected_dir, self.changes, self.txns, ordering="partition",
-                     timeout_s=600)
+        rep = verify(
+            self.broker.bootstrap, self.expected_dir, self.changes, self.txns, ordering="partition", timeout_s=600
+        )
         self.out.verify = {k: v for k, v in asdict(rep).items() if k != "samples"}
         self.out.samples = rep.samples
         own = self._own_pass()
@@ -420,39 +453,47 @@ class Chaos:
         recov = [r.first_output_s for r in self.restarts if r.first_output_s is not None]
         self._assigned_times()
         joined = [r.assigned_s for r in self.restarts if r.assigned_s is not None]
-        f.update({
-            "events_fed": self.fed,
-            "expected_changes": rep.expected,
-            "expected_transactions": rep.expected_transactions,
-            "changes_records": rep.emitted,
-            "lost": rep.lost,
-            "unexpected": rep.unexpected,
-            "mismatches": rep.mismatches,
-            "duplicates_before_dedup": own["duplicates_before_dedup"],
-            "duplicates_after_dedup": own["duplicates_after_dedup"],
-            "dedup_conflicts": own["dedup_conflicts"],
-            "same_change_other_event_id": own["same_change_other_event_id"],
-            "order_violations": rep.order_violations,
-            "order_violations_per_input_partition": own["order_violations_per_input_partition"],
-            "missing_ends": rep.missing_ends,
-            "unexpected_ends": rep.unexpected_ends,
-            "end_count_mismatches": rep.end_count_mismatches,
-            "end_count_conflicts": own["end_count_conflicts"],
-            "resync_records": own["resync_records"],
-            "dlq_records": dlq,  # the generator writes no bad input: every DLQ record here is a false one
-            "dlq_reasons": dlq_reasons,
-            "kills": sum(1 for r in self.restarts if r.reason == "kill"),
-            "wipes": sum(1 for r in self.restarts if r.wiped),
-            "unplanned_exits": len(self.out.unplanned_exits),
-            "broker_pause_s": self.c.pause,
-            "reached_end": reached,
-            "restarts_with_output": len(recov),
-            "recovery_first_output_s": _dist(recov),
-            "recovery_assigned_s": _dist(joined),
-        })
+        f.update(
+            {
+                "events_fed": self.fed,
+                "expected_changes": rep.expected,
+                "expected_transactions": rep.expected_transactions,
+                "changes_records": rep.emitted,
+                "lost": rep.lost,
+                "unexpected": rep.unexpected,
+                "mismatches": rep.mismatches,
+                "duplicates_before_dedup": own["duplicates_before_dedup"],
+                "duplicates_after_dedup": own["duplicates_after_dedup"],
+                "dedup_conflicts": own["dedup_conflicts"],
+                "same_change_other_event_id": own["same_change_other_event_id"],
+                "order_violations": rep.order_violations,
+                "order_violations_per_input_partition": own["order_violations_per_input_partition"],
+                "missing_ends": rep.missing_ends,
+                "unexpected_ends": rep.unexpected_ends,
+                "end_count_mismatches": rep.end_count_mismatches,
+                "end_count_conflicts": own["end_count_conflicts"],
+                "resync_records": own["resync_records"],
+                "dlq_records": dlq,  # the generator writes no bad input: every DLQ record here is a false one
+                "dlq_reasons": dlq_reasons,
+                "kills": sum(1 for r in self.restarts if r.reason == "kill"),
+                "wipes": sum(1 for r in self.restarts if r.wiped),
+                "unplanned_exits": len(self.out.unplanned_exits),
+                "broker_pause_s": self.c.pause,
+                "reached_end": reached,
+                "restarts_with_output": len(recov),
+                "recovery_first_output_s": _dist(recov),
+                "recovery_assigned_s": _dist(joined),
+            }
+        )
         self.out.restarts = [asdict(r) for r in self.restarts]
-        f["ok"] = bool(reached and rep.ok and not f["duplicates_after_dedup"] and not f["leaked_txn_keys"]
-                       and not f["leaked_meta_keys"] and not f["resync_records"])
+        f["ok"] = bool(
+            reached
+            and rep.ok
+            and not f["duplicates_after_dedup"]
+            and not f["leaked_txn_keys"]
+            and not f["leaked_meta_keys"]
+            and not f["resync_records"]
+        )
 
     def _dlq_reasons(self) -> dict[str, int]:
         """DLQ records by reason (the xid in the reason is cut off so that reasons group)."""
@@ -462,8 +503,9 @@ class Chaos:
         reasons: dict[str, int] = {}
         if not ends:
             return reasons
-        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": self.group + "-dlq",
-                             **CONSUMER_DEFAULTS})
+        consumer = Consumer(
+            {"bootstrap.servers": self.broker.bootstrap, "group.id": self.group + "-dlq", **CONSUMER_DEFAULTS}
+        )
         try:
             consumer.assign([TopicPartition(self.dlq, p, OFFSET_BEGINNING) for p in ends])
             deadline = time.monotonic() + 120
@@ -495,22 +537,36 @@ class Chaos:
                 end_counts.setdefault(ident, set()).add(t["event_count"])
             elif t["status"] == "RESYNC_REQUIRED":
                 resync += 1
-        by_event: dict[bytes, bytes] = {}       # event_id digest -> content digest of the first copy
-        by_change: dict[bytes, bytes] = {}      # (xid, seq) digest -> event_id digest of the first copy
+        by_event: dict[bytes, bytes] = {}  # event_id digest -> content digest of the first copy
+        by_change: dict[bytes, bytes] = {}  # (xid, seq) digest -> event_id digest of the first copy
         records = conflicts = other_id = 0
         conflict_ids: set[bytes] = set()
         last: dict[tuple, tuple[int, int]] = {}
         violations: dict[int, int] = {}
-        for partition, _, key, value in read_topic(self.broker.bootstrap, self.changes, timeout_s=600,
-                                                   group=self.group + "-own"):
+        for partition, _, key, value in read_topic(
+            self.broker.bootstrap, self.changes, timeout_s=600, group=self.group + "-own"
+        ):
             if value is None:
                 continue
             records += 1
             ch = ev.decode_change(value)
             src = ch["source"]
             eid = _digest(ch["event_id"])
-            content = _digest(dumps([ch["op"], src["table"], _s(ch["key"]), _s(ch["before"]), _s(ch["after"]),
-                                     ch["ddl"], src["xid"], src["seq"], src["commit_scn"]]))
+            content = _digest(
+                dumps(
+                    [
+                        ch["op"],
+                        src["table"],
+                        _s(ch["key"]),
+                        _s(ch["before"]),
+                        _s(ch["after"]),
+                        ch["ddl"],
+                        src["xid"],
+                        src["seq"],
+                        src["commit_scn"],
+                    ]
+                )
+            )
             first = by_event.get(eid)
             if first is not None:
                 if first != content and eid not in conflict_ids:
@@ -531,13 +587,18 @@ class Chaos:
                 violations[ip] = violations.get(ip, 0) + 1
             else:
                 last[scope] = pos
-        return {"records": records, "duplicates_before_dedup": records - len(by_event),
-                "dedup_conflicts": conflicts, "same_change_other_event_id": other_id,
-                "duplicates_after_dedup": conflicts + other_id,
-                "order_violations_per_input_partition": violations, "resync_records": resync,
-                # verify() keeps the first END per transaction; a later END with another event_count
-                # (e.g. an empty re-commit after a rebuild) is only seen here.
-                "end_count_conflicts": sum(1 for counts in end_counts.values() if len(counts) > 1)}
+        return {
+            "records": records,
+            "duplicates_before_dedup": records - len(by_event),
+            "dedup_conflicts": conflicts,
+            "same_change_other_event_id": other_id,
+            "duplicates_after_dedup": conflicts + other_id,
+            "order_violations_per_input_partition": violations,
+            "resync_records": resync,
+            # verify() keeps the first END per transaction; a later END with another event_count
+            # (e.g. an empty re-commit after a rebuild) is only seen here.
+            "end_count_conflicts": sum(1 for counts in end_counts.values() if len(counts) > 1),
+        }
 
     def _assigned_times(self) -> None:
         """Per restart: spawn -> first `partition.assigned` log line of that process (log timestamps)."""
@@ -579,8 +640,13 @@ def _dist(values: list[float]) -> dict:
     if not values:
         return {"n": 0}
     values = sorted(values)
-    return {"n": len(values), "min": values[0], "median": round(statistics.median(values), 2),
-            "p90": values[min(len(values) - 1, int(0.9 * len(values)))], "max": values[-1]}
+    return {
+        "n": len(values),
+        "min": values[0],
+        "median": round(statistics.median(values), 2),
+        "p90": values[min(len(values) - 1, int(0.9 * len(values)))],
+        "max": values[-1],
+    }
 
 
 def table(fig: dict) -> str:
@@ -648,9 +714,16 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None:
             preset[name] = value
-    c = Campaign(seed=args.seed, wipe_prob=args.wipe_prob, min_wipes=args.min_wipes,
-                 settle_timeout=args.settle_timeout, workdir=args.workdir, keep=args.keep, **preset)
-    started = datetime.now(timezone.utc)
+    c = Campaign(
+        seed=args.seed,
+        wipe_prob=args.wipe_prob,
+        min_wipes=args.min_wipes,
+        settle_timeout=args.settle_timeout,
+        workdir=args.workdir,
+        keep=args.keep,
+        **preset,
+    )
+    started = datetime.now(UTC)
     t = time.monotonic()
     out = Chaos(c).run()
     fig = out.figures
@@ -661,9 +734,12 @@ def main(argv: list[str] | None = None) -> int:
         print("samples:", json.dumps(out.samples)[:2000])
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = args.out or RESULTS / f"chaos-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    doc = {"started": started.isoformat(), "command": "python -m bench.chaos " + " ".join(argv or sys.argv[1:]),
-           "campaign": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(c).items()},
-           **asdict(out)}
+    doc = {
+        "started": started.isoformat(),
+        "command": "python -m bench.chaos " + " ".join(argv or sys.argv[1:]),
+        "campaign": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(c).items()},
+        **asdict(out),
+    }
     path.write_text(json.dumps(doc, indent=1, default=str))
     print(f"results: {path}")
     return 0 if fig.get("ok") else 1

@@ -21,6 +21,7 @@ CHANGE_OPS = ("c", "u", "d", "t", "ddl")
 
 # ------------------------------------------------------------------ Avro primitives, by hand
 
+
 def _long(n: int) -> bytes:
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
@@ -53,10 +54,11 @@ def _read_long(b: bytes, i: int) -> tuple[int, int]:
 
 # ------------------------------------------------------------------ proposal 1: routing prefix
 
+
 def decode_prefix(b: bytes) -> tuple[str, str, int, int, int, int, int]:
     """xid, op, seq, scn, thread, ts_ms and the offset of `table`: all the buffering path needs."""
     n, i = _read_long(b, 0)
-    xid = b[i:i + n].decode()
+    xid = b[i : i + n].decode()
     i += n
     op, i = _read_long(b, i)
     seq, i = _read_long(b, i)
@@ -67,6 +69,7 @@ def decode_prefix(b: bytes) -> tuple[str, str, int, int, int, int, int]:
 
 
 # ------------------------------------------------------------------ proposal 2: ChangeEvent tail
+
 
 class TxnTail:
     """The ChangeEvent `source` + `transaction` bytes, with the per-transaction parts encoded once."""
@@ -80,14 +83,34 @@ class TxnTail:
     def head(self, seq: int, op: str, ts_ms: int) -> bytes:
         return _str(self.id_prefix + str(seq)) + _long(ev_op_index(op)) + _long(ts_ms)
 
-    def tail(self, table: str | None, seq: int, scn: int, row_id: str | None, attrs: dict,
-             total_order: int, collection_order: int) -> bytes:
+    def tail(
+        self,
+        table: str | None,
+        seq: int,
+        scn: int,
+        row_id: str | None,
+        attrs: dict,
+        total_order: int,
+        collection_order: int,
+    ) -> bytes:
         if attrs:
             amap = _long(len(attrs)) + b"".join(_str(k) + _str(v) for k, v in attrs.items()) + b"\x00"
         else:
             amap = b"\x00"
-        return b"".join((_opt_str(table), self.xid_b, _long(seq), _long(scn), self.commit, _opt_str(row_id), amap,
-                         self.txn_head, _long(total_order), _long(collection_order)))
+        return b"".join(
+            (
+                _opt_str(table),
+                self.xid_b,
+                _long(seq),
+                _long(scn),
+                self.commit,
+                _opt_str(row_id),
+                amap,
+                self.txn_head,
+                _long(total_order),
+                _long(collection_order),
+            )
+        )
 
 
 _ENVELOPE_INDEX = {op: i for i, op in enumerate(CHANGE_OPS)}
@@ -99,6 +122,7 @@ def ev_op_index(raw_op: str) -> int:
 
 # ------------------------------------------------------------------ measurement
 
+
 def _best(fn, number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
 
@@ -109,21 +133,38 @@ def main() -> None:
     enc = _Encoder(random.Random(1))
     raw = enc.change("st-12345", 3, 4567)
     rec = ev.decode_raw(raw)
-    routing, body_at = ev.decode_routing(raw)
+    _routing, body_at = ev.decode_routing(raw)
     parts = ev._parts()
 
     # correctness against fastavro
     p = decode_prefix(raw)
     assert p[:6] == (rec["xid"], rec["op"], rec["seq"], rec["scn"], rec["thread"], rec["ts_ms"]), p
     tt = TxnTail(rec["xid"], 999, 1_700_000_000_999, 1, "bench")
-    tail_dict = {"source": {"table": rec["table"], "xid": rec["xid"], "seq": rec["seq"], "scn": rec["scn"],
-                            "commit_scn": 999, "commit_ts_ms": 1_700_000_000_999, "thread": 1, "user": "bench",
-                            "row_id": None, "attrs": {}},
-                 "transaction": {"id": rec["xid"], "total_order": 7, "data_collection_order": 3}}
-    head_dict = {"event_id": ev.event_id(1, 999, rec["xid"], rec["seq"]), "op": ev.ENVELOPE_OP[rec["op"]],
-                 "ts_ms": rec["ts_ms"]}
-    fast = tt.head(rec["seq"], rec["op"], rec["ts_ms"]) + raw[body_at:] + tt.tail(
-        rec["table"], rec["seq"], rec["scn"], None, {}, 7, 3)
+    tail_dict = {
+        "source": {
+            "table": rec["table"],
+            "xid": rec["xid"],
+            "seq": rec["seq"],
+            "scn": rec["scn"],
+            "commit_scn": 999,
+            "commit_ts_ms": 1_700_000_000_999,
+            "thread": 1,
+            "user": "bench",
+            "row_id": None,
+            "attrs": {},
+        },
+        "transaction": {"id": rec["xid"], "total_order": 7, "data_collection_order": 3},
+    }
+    head_dict = {
+        "event_id": ev.event_id(1, 999, rec["xid"], rec["seq"]),
+        "op": ev.ENVELOPE_OP[rec["op"]],
+        "ts_ms": rec["ts_ms"],
+    }
+    fast = (
+        tt.head(rec["seq"], rec["op"], rec["ts_ms"])
+        + raw[body_at:]
+        + tt.tail(rec["table"], rec["seq"], rec["scn"], None, {}, 7, 3)
+    )
     slow = ev.encode_change_spliced(head_dict, memoryview(raw)[body_at:], tail_dict)
     assert fast == slow, (fast, slow)
     assert ev.decode_change(fast)["source"]["commit_scn"] == 999
@@ -137,12 +178,21 @@ def main() -> None:
         ("decode_raw (full fastavro decode, engine.apply today)", lambda: ev.decode_raw(raw), 20000),
         ("decode_routing (fastavro prefix schema, iter_changes today)", lambda: ev.decode_routing(raw), 20000),
         ("decode_prefix (hand-rolled xid/op/seq/scn/thread/ts_ms)", lambda: decode_prefix(raw), 50000),
-        ("encode_change_spliced (fastavro head + tail, today)",
-         lambda: ev.encode_change_spliced(head_dict, memoryview(raw)[body_at:], tail_dict), 20000),
+        (
+            "encode_change_spliced (fastavro head + tail, today)",
+            lambda: ev.encode_change_spliced(head_dict, memoryview(raw)[body_at:], tail_dict),
+            20000,
+        ),
         ("  of which the tail via fastavro", tail_writer, 20000),
-        ("hand-rolled head + body + tail (TxnTail)",
-         lambda: tt.head(rec["seq"], rec["op"], rec["ts_ms"]) + raw[body_at:] + tt.tail(
-             rec["table"], rec["seq"], rec["scn"], None, {}, 7, 3), 50000),
+        (
+            "hand-rolled head + body + tail (TxnTail)",
+            lambda: (
+                tt.head(rec["seq"], rec["op"], rec["ts_ms"])
+                + raw[body_at:]
+                + tt.tail(rec["table"], rec["seq"], rec["scn"], None, {}, 7, 3)
+            ),
+            50000,
+        ),
         ("change_key (json.dumps sort_keys)", lambda: ev.change_key(rec["table"], rec["key"]), 50000),
     ]
     print(f"record: {len(raw)} B change event; ChangeEvent {len(fast)} B; outputs identical to fastavro")

@@ -75,7 +75,7 @@ class ProcResult:
     rc: int | None
     wall_s: float
     peak_rss: int
-    markers: dict = field(default_factory=dict)   # event -> [timestamps]
+    markers: dict = field(default_factory=dict)  # event -> [timestamps]
     summary: dict = field(default_factory=dict)
     log_tail: list = field(default_factory=list)
 
@@ -104,12 +104,29 @@ class Proc:
         cmd = [sys.executable, "-m", module, *args]
         if profile is not None:
             pyspy = Path(sys.executable).parent / "py-spy"
-            cmd = [str(pyspy), "record", "--nonblocking", "-r", "200", "-f", "speedscope", "-o", str(profile),
-                   "--", *cmd]
+            cmd = [
+                str(pyspy),
+                "record",
+                "--nonblocking",
+                "-r",
+                "200",
+                "-f",
+                "speedscope",
+                "-o",
+                str(profile),
+                "--",
+                *cmd,
+            ]
         self.cmd = cmd
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=dict(os.environ, **(env or {})), start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, **(env or {})),
+            start_new_session=True,
+        )
         self.rss = RssSampler(self.proc.pid)
         self.rss.start()
         self.markers: dict[str, list[float]] = {}
@@ -180,8 +197,9 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):
     """Every record of a topic, as (partition, offset, key, value, timestamp_ms)."""
     n = partition_count(bootstrap, topic)
     ends = end_offsets(bootstrap, topic, group="bench-readback")
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-readback", **CONSUMER_DEFAULTS,
-                  "fetch.max.bytes": 52428800})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-readback", **CONSUMER_DEFAULTS, "fetch.max.bytes": 52428800}
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(n)])
     pos = {p: 0 for p in range(n)}
     out = []
@@ -214,10 +232,10 @@ def percentile(values, q: float):
 
 def machine_info() -> dict:
     import platform
+    from importlib.metadata import version
 
     import confluent_kafka
     import fastavro
-    from importlib.metadata import version
 
     def ver(name: str) -> str | None:
         try:

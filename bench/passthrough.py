@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -26,7 +26,7 @@ from processor.kafka.clients import (
 
 
 def _mark(event: str, **kw: object) -> None:
-    ts = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    ts = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     print(json.dumps({"event": event, "timestamp": ts, **kw}), file=sys.stderr, flush=True)
 
 
@@ -43,9 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     ensure_topics(args.bootstrap, {args.out_topic: n})
     producer = make_producer(args.bootstrap, acks="all")
     targets = end_offsets(args.bootstrap, args.raw_topic, group=args.group + "-probe")
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
-                         "partition.assignment.strategy": "cooperative-sticky", **CONSUMER_DEFAULTS,
-                         "fetch.max.bytes": 52428800, "queued.max.messages.kbytes": 65536})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "partition.assignment.strategy": "cooperative-sticky",
+            **CONSUMER_DEFAULTS,
+            "fetch.max.bytes": 52428800,
+            "queued.max.messages.kbytes": 65536,
+        }
+    )
     positions: dict[int, int] = {}
 
     def on_assign(c, parts):

@@ -16,8 +16,18 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.procmain")
-    for name in ("bootstrap", "state_dir", "group", "raw_topic", "changes_topic", "transactions_topic",
-                 "dlq_topic", "ordering", "max_batch", "max_hold_ms"):
+    for name in (
+        "bootstrap",
+        "state_dir",
+        "group",
+        "raw_topic",
+        "changes_topic",
+        "transactions_topic",
+        "dlq_topic",
+        "ordering",
+        "max_batch",
+        "max_hold_ms",
+    ):
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
     p.add_argument("--available-now", action="store_true", default=None)
     args = p.parse_args(argv)

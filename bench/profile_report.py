@@ -28,12 +28,31 @@ CATEGORIES = [  # innermost frame (leaf upwards) that matches decides
     ("KafkaSink._produce@sink.py", "librdkafka produce()"),
     ("Txn.to_bytes@txn.py", "checkpoint: Txn.to_bytes (asdict + json)"),
 ]
-HOT = ("Runner._process", "PartitionEngine.apply", "PartitionEngine.apply_decoded", "PartitionEngine._change",
-       "decode_raw", "decode_routing", "Emitter.release", "iter_changes", "change_event_bytes",
-       "encode_change_spliced", "change_key", "KafkaSink.send_change", "KafkaSink.send_transaction",
-       "Emitter.advance", "Emitter._change_acked", "Runner._checkpoint_all", "Txn.to_bytes",
-       "PartitionEngine.flush_data", "RocksStore.write", "RocksStore.scan", "RocksBatch.put",
-       "Runner._commit_offsets", "Runner.run")
+HOT = (
+    "Runner._process",
+    "PartitionEngine.apply",
+    "PartitionEngine.apply_decoded",
+    "PartitionEngine._change",
+    "decode_raw",
+    "decode_routing",
+    "Emitter.release",
+    "iter_changes",
+    "change_event_bytes",
+    "encode_change_spliced",
+    "change_key",
+    "KafkaSink.send_change",
+    "KafkaSink.send_transaction",
+    "Emitter.advance",
+    "Emitter._change_acked",
+    "Runner._checkpoint_all",
+    "Txn.to_bytes",
+    "PartitionEngine.flush_data",
+    "RocksStore.write",
+    "RocksStore.scan",
+    "RocksBatch.put",
+    "Runner._commit_offsets",
+    "Runner.run",
+)
 
 
 def main(argv: list[str]) -> None:
@@ -62,8 +81,11 @@ def main(argv: list[str]) -> None:
             if cat is None:
                 if any(n.startswith("Runner.run@") for n in names):
                     leaf = names[-1]
-                    cat = ("librdkafka consume()/poll() (native, attributed to the caller)"
-                           if leaf.startswith(("Runner.run@", "Runner._drain@")) else "Python logic (engine/emitter/runner)")
+                    cat = (
+                        "librdkafka consume()/poll() (native, attributed to the caller)"
+                        if leaf.startswith(("Runner.run@", "Runner._drain@"))
+                        else "Python logic (engine/emitter/runner)"
+                    )
                 else:
                     cat = "startup, imports, shutdown"
             cats[cat] += w

@@ -14,16 +14,15 @@ import json
 import shutil
 import sys
 import tempfile
-import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
-from processor.kafka.tansu import EmbeddedBroker
 from processor.kafka.rawtopic import RawTopicWriter
+from processor.kafka.tansu import EmbeddedBroker
 
 from . import measure as m
 from . import workloads as wl
@@ -32,10 +31,28 @@ RESULTS = Path(__file__).resolve().parent / "results"
 BENCHES = ("ceiling", "steady", "huge", "many_open", "latency", "cold_rebuild", "ordering", "spark")
 
 SIZES = {
-    "full": {"steady": 1_000_000, "huge": (500_000, 1_000_000), "many_open": 100_000, "lat_rate": 20_000,
-             "lat_seconds": 10, "cold": 1_000_000, "ordering": 200_000, "ord_lat_seconds": 6, "spark": 100_000},
-    "quick": {"steady": 100_000, "huge": (50_000, 100_000), "many_open": 20_000, "lat_rate": 20_000,
-              "lat_seconds": 5, "cold": 100_000, "ordering": 50_000, "ord_lat_seconds": 5, "spark": 20_000},
+    "full": {
+        "steady": 1_000_000,
+        "huge": (500_000, 1_000_000),
+        "many_open": 100_000,
+        "lat_rate": 20_000,
+        "lat_seconds": 10,
+        "cold": 1_000_000,
+        "ordering": 200_000,
+        "ord_lat_seconds": 6,
+        "spark": 100_000,
+    },
+    "quick": {
+        "steady": 100_000,
+        "huge": (50_000, 100_000),
+        "many_open": 20_000,
+        "lat_rate": 20_000,
+        "lat_seconds": 5,
+        "cold": 100_000,
+        "ordering": 50_000,
+        "ord_lat_seconds": 5,
+        "spark": 20_000,
+    },
 }
 
 TARGETS = {
@@ -59,13 +76,35 @@ class Bench:
 
     # ------------------------------------------------------------------ plumbing
 
-    def processor(self, name: str, raw_topic: str, group: str, available_now: bool = True,
-                  state_dir: Path | None = None, ordering: str = "partition", profile: bool = False) -> m.Proc:
+    def processor(
+        self,
+        name: str,
+        raw_topic: str,
+        group: str,
+        available_now: bool = True,
+        state_dir: Path | None = None,
+        ordering: str = "partition",
+        profile: bool = False,
+    ) -> m.Proc:
         state_dir = state_dir or Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
-        args = ["--bootstrap", self.bootstrap, "--raw-topic", raw_topic, "--group", group,
-                "--state-dir", str(state_dir), "--ordering", ordering,
-                "--changes-topic", f"out.{name}.changes", "--transactions-topic", f"out.{name}.transactions",
-                "--dlq-topic", f"out.{name}.dlq"]
+        args = [
+            "--bootstrap",
+            self.bootstrap,
+            "--raw-topic",
+            raw_topic,
+            "--group",
+            group,
+            "--state-dir",
+            str(state_dir),
+            "--ordering",
+            ordering,
+            "--changes-topic",
+            f"out.{name}.changes",
+            "--transactions-topic",
+            f"out.{name}.transactions",
+            "--dlq-topic",
+            f"out.{name}.dlq",
+        ]
         if available_now:
             args.append("--available-now")
         # --profile: py-spy records every processor run of the first round (name ends in 0).
@@ -114,14 +153,20 @@ class Bench:
             self.workloads["ordering"] = wl.write_steady(self.bootstrap, "raw.ord", s["ordering"], seed=7)
         for k, w in self.workloads.items():
             out[k] = {kk: v for kk, v in w.__dict__.items()}
-            print(f"  workload {k}: {w.events} events, {w.changes} changes, avg {w.avg_event_bytes} B, "
-                  f"written in {w.write_seconds:.1f}s", flush=True)
+            print(
+                f"  workload {k}: {w.events} events, {w.changes} changes, avg {w.avg_event_bytes} B, "
+                f"written in {w.write_seconds:.1f}s",
+                flush=True,
+            )
         if "cold_rebuild" in only:
             # First pass buffers everything and commits the low watermark (offset 0: all still open).
             res = self.processor("cold-initial", "raw.cold", "bench-cold").wait(3600)
             self._check(res, "cold initial")
-            out["cold_initial"] = {"after_join_s": res.after_join_s(), "events": res.summary.get("events"),
-                                   "peak_rss_mb": res.peak_rss / 2**20}
+            out["cold_initial"] = {
+                "after_join_s": res.after_join_s(),
+                "events": res.summary.get("events"),
+                "peak_rss_mb": res.peak_rss / 2**20,
+            }
         out["prepare_seconds"] = time.monotonic() - t0
         return out
 
@@ -129,14 +174,30 @@ class Bench:
 
     def ceiling(self, run: int) -> dict:
         w = self.workloads["steady"]
-        p = m.Proc("bench.passthrough", ["--bootstrap", self.bootstrap, "--raw-topic", w.topic,
-                                          "--out-topic", f"out.pt{run}", "--group", f"bench-pt-{run}"])
+        p = m.Proc(
+            "bench.passthrough",
+            [
+                "--bootstrap",
+                self.bootstrap,
+                "--raw-topic",
+                w.topic,
+                "--out-topic",
+                f"out.pt{run}",
+                "--group",
+                f"bench-pt-{run}",
+            ],
+        )
         res = p.wait(1800)
         self._check(res, "ceiling")
         self.drop_outputs(f"pt{run}")
         t = res.after_join_s()
-        return {"events": w.events, "after_join_s": t, "events_per_s": w.events / t, "wall_s": res.wall_s,
-                "peak_rss_mb": res.peak_rss / 2**20}
+        return {
+            "events": w.events,
+            "after_join_s": t,
+            "events_per_s": w.events / t,
+            "wall_s": res.wall_s,
+            "peak_rss_mb": res.peak_rss / 2**20,
+        }
 
     def steady(self, run: int, profile: bool = False) -> dict:
         w = self.workloads["steady"]
@@ -146,9 +207,16 @@ class Bench:
         t = res.after_join_s()
         ok = res.summary.get("committed") == w.committed and res.summary.get("rolled_back") == w.rolled_back
         self.drop_outputs(name)
-        return {"events": w.events, "after_join_s": t, "events_per_s": w.events / t, "wall_s": res.wall_s,
-                "wall_events_per_s": w.events / res.wall_s, "peak_rss_mb": res.peak_rss / 2**20,
-                "outputs_complete": ok, "changes_emitted": res.summary.get("changes_emitted")}
+        return {
+            "events": w.events,
+            "after_join_s": t,
+            "events_per_s": w.events / t,
+            "wall_s": res.wall_s,
+            "wall_events_per_s": w.events / res.wall_s,
+            "peak_rss_mb": res.peak_rss / 2**20,
+            "outputs_complete": ok,
+            "changes_emitted": res.summary.get("changes_emitted"),
+        }
 
     def huge(self, run: int) -> dict:
         out = {}
@@ -165,10 +233,18 @@ class Bench:
             start = res.last("partition.assigned")
             buffer_s, emit_s = begin - start, end - begin
             self.drop_outputs(name)
-            out[str(n)] = {"changes": n, "events": w.events, "buffer_s": buffer_s, "emit_s": emit_s,
-                           "buffer_changes_per_s": n / buffer_s, "emit_changes_per_s": n / emit_s,
-                           "total_s": res.after_join_s(), "wall_s": res.wall_s, "peak_rss_mb": res.peak_rss / 2**20,
-                           "end_event_count": end_rec["event_count"]}
+            out[str(n)] = {
+                "changes": n,
+                "events": w.events,
+                "buffer_s": buffer_s,
+                "emit_s": emit_s,
+                "buffer_changes_per_s": n / buffer_s,
+                "emit_changes_per_s": n / emit_s,
+                "total_s": res.after_join_s(),
+                "wall_s": res.wall_s,
+                "peak_rss_mb": res.peak_rss / 2**20,
+                "end_event_count": end_rec["event_count"],
+            }
         small, big = (str(x) for x in self.sizes["huge"])
         out["ratio_size"] = int(big) / int(small)
         out["ratio_buffer_time"] = out[big]["buffer_s"] / out[small]["buffer_s"]
@@ -183,12 +259,24 @@ class Bench:
         self._check(res, "many open")
         self.drop_outputs(name)
         t = res.after_join_s()
-        return {"open_txns": self.sizes["many_open"], "events": w.events, "after_join_s": t,
-                "events_per_s": w.events / t, "wall_s": res.wall_s, "peak_rss_mb": res.peak_rss / 2**20,
-                "peak_open_txns": res.summary.get("peak_open_txns")}
+        return {
+            "open_txns": self.sizes["many_open"],
+            "events": w.events,
+            "after_join_s": t,
+            "events_per_s": w.events / t,
+            "wall_s": res.wall_s,
+            "peak_rss_mb": res.peak_rss / 2**20,
+            "peak_open_txns": res.summary.get("peak_open_txns"),
+        }
 
-    def latency(self, run: int, ordering: str = "partition", idle_partition: bool = False,
-                seconds: float | None = None, tag: str = "lat") -> dict:
+    def latency(
+        self,
+        run: int,
+        ordering: str = "partition",
+        idle_partition: bool = False,
+        seconds: float | None = None,
+        tag: str = "lat",
+    ) -> dict:
         """Commit-to-emit at a fixed offered rate: a paced producer writes small transactions while
         the processor runs continuously. Latency = END record's timestamp (produced after every
         change of the transaction is acknowledged) minus the instant the COMMIT was produced."""
@@ -237,10 +325,19 @@ class Bench:
         res = proc.wait(120)
         lat = [ends[x] - c for x, c in commit_ms.items() if x in ends]
         self.drop_outputs(name)
-        return {"offered_rate": rate, "achieved_rate": n / offered_s, "events": n, "commits": len(commit_ms),
-                "ended": len(lat), "p50_ms": m.percentile(lat, 0.5), "p99_ms": m.percentile(lat, 0.99),
-                "max_ms": max(lat) if lat else None, "peak_rss_mb": res.peak_rss / 2**20,
-                "ordering": ordering, "idle_partition": idle_partition}
+        return {
+            "offered_rate": rate,
+            "achieved_rate": n / offered_s,
+            "events": n,
+            "commits": len(commit_ms),
+            "ended": len(lat),
+            "p50_ms": m.percentile(lat, 0.5),
+            "p99_ms": m.percentile(lat, 0.99),
+            "max_ms": max(lat) if lat else None,
+            "peak_rss_mb": res.peak_rss / 2**20,
+            "ordering": ordering,
+            "idle_partition": idle_partition,
+        }
 
     def cold_rebuild(self, run: int) -> dict:
         w = self.workloads["cold"]
@@ -248,14 +345,22 @@ class Bench:
         self._check(res, "cold rebuild")
         self.drop_outputs(f"cold{run}")
         t = res.after_join_s()
-        return {"buffered_events": w.events, "events": res.summary.get("events"), "after_join_s": t,
-                "events_per_s": (res.summary.get("events") or 0) / t, "wall_s": res.wall_s,
-                "peak_rss_mb": res.peak_rss / 2**20}
+        return {
+            "buffered_events": w.events,
+            "events": res.summary.get("events"),
+            "after_join_s": t,
+            "events_per_s": (res.summary.get("events") or 0) / t,
+            "wall_s": res.wall_s,
+            "peak_rss_mb": res.peak_rss / 2**20,
+        }
 
     def ordering(self, run: int) -> dict:
         if not global_ordering_implemented():
-            return {"status": "n/a", "reason": "ordering=global is not implemented by the processor "
-                                               "(no global release path in processor/*.py)"}
+            return {
+                "status": "n/a",
+                "reason": "ordering=global is not implemented by the processor "
+                "(no global release path in processor/*.py)",
+            }
         w = self.workloads["ordering"]
         out = {}
         for mode in ("partition", "global"):
@@ -308,6 +413,7 @@ def global_ordering_implemented() -> bool:
 
 # ---------------------------------------------------------------------- report
 
+
 def _med(runs: list[dict], *path: str):
     vals = []
     for r in runs:
@@ -346,15 +452,25 @@ def checks(med: dict) -> dict:
     ceil, steady = med.get("ceiling", {}), med.get("steady", {})
     if ceil.get("events_per_s") and steady.get("events_per_s"):
         r = steady["events_per_s"] / ceil["events_per_s"]
-        add("steady >= 0.7x ceiling", round(r, 3), TARGETS["steady_vs_ceiling"], r >= 0.7,
-            f"{r / 0.7:.2f}x of target ({r:.3f} vs 0.7)")
+        add(
+            "steady >= 0.7x ceiling",
+            round(r, 3),
+            TARGETS["steady_vs_ceiling"],
+            r >= 0.7,
+            f"{r / 0.7:.2f}x of target ({r:.3f} vs 0.7)",
+        )
     huge = med.get("huge", {})
     if huge:
         big = str(max(int(k) for k in huge if k.isdigit()))
         lin = max(huge["ratio_buffer_time"], huge["ratio_emit_time"])
         lim = TARGETS["huge_linearity_max"] * huge["ratio_size"] / 2
-        add("huge linear (2x size <= 2.2x time)", round(lin, 3), lim, lin <= lim,
-            f"buffer {huge['ratio_buffer_time']:.2f}x, emit {huge['ratio_emit_time']:.2f}x for {huge['ratio_size']:.1f}x size")
+        add(
+            "huge linear (2x size <= 2.2x time)",
+            round(lin, 3),
+            lim,
+            lin <= lim,
+            f"buffer {huge['ratio_buffer_time']:.2f}x, emit {huge['ratio_emit_time']:.2f}x for {huge['ratio_size']:.1f}x size",
+        )
         for k in ("buffer", "emit"):
             v = huge[big][f"{k}_changes_per_s"]
             add(f"huge {k} >= 50k changes/s", round(v), 50_000, v >= 50_000, f"{v / 50_000:.2f}x of target")
@@ -398,8 +514,12 @@ def table(med: dict, results: dict) -> str:
         row("ceiling", "wall s", _f(ceil["wall_s"], 1), per_run("ceiling", "wall_s", digits=1))
     if st:
         row("steady", "events/s after join", _f(st["events_per_s"]), per_run("steady", "events_per_s"))
-        row("steady", "wall s (events/s)", f"{_f(st['wall_s'], 1)} ({_f(st['wall_events_per_s'])})",
-            per_run("steady", "wall_s", digits=1))
+        row(
+            "steady",
+            "wall s (events/s)",
+            f"{_f(st['wall_s'], 1)} ({_f(st['wall_events_per_s'])})",
+            per_run("steady", "wall_s", digits=1),
+        )
         row("steady", "peak RSS MB", _f(st["peak_rss_mb"], 0), per_run("steady", "peak_rss_mb"))
         if ceil:
             row("steady", "ratio to ceiling", _f(st["events_per_s"] / ceil["events_per_s"], 3))
@@ -407,26 +527,50 @@ def table(med: dict, results: dict) -> str:
     if hu:
         for k in sorted((k for k in hu if k.isdigit()), key=int):
             h = hu[k]
-            row(f"huge {int(k):,}", "buffer s (changes/s)", f"{_f(h['buffer_s'], 1)} ({_f(h['buffer_changes_per_s'])})",
-                per_run("huge", k, "buffer_s", digits=1))
-            row(f"huge {int(k):,}", "emit s (changes/s)", f"{_f(h['emit_s'], 1)} ({_f(h['emit_changes_per_s'])})",
-                per_run("huge", k, "emit_s", digits=1))
+            row(
+                f"huge {int(k):,}",
+                "buffer s (changes/s)",
+                f"{_f(h['buffer_s'], 1)} ({_f(h['buffer_changes_per_s'])})",
+                per_run("huge", k, "buffer_s", digits=1),
+            )
+            row(
+                f"huge {int(k):,}",
+                "emit s (changes/s)",
+                f"{_f(h['emit_s'], 1)} ({_f(h['emit_changes_per_s'])})",
+                per_run("huge", k, "emit_s", digits=1),
+            )
             row(f"huge {int(k):,}", "peak RSS MB", _f(h["peak_rss_mb"]), per_run("huge", k, "peak_rss_mb"))
-        row("huge", f"time ratio for {hu['ratio_size']:.1f}x size",
-            f"buffer {hu['ratio_buffer_time']:.2f}x, emit {hu['ratio_emit_time']:.2f}x, total {hu['ratio_total_time']:.2f}x")
+        row(
+            "huge",
+            f"time ratio for {hu['ratio_size']:.1f}x size",
+            f"buffer {hu['ratio_buffer_time']:.2f}x, emit {hu['ratio_emit_time']:.2f}x, total {hu['ratio_total_time']:.2f}x",
+        )
     mo = med.get("many_open")
     if mo:
-        row("many open", f"{mo['open_txns']:,} open: events/s", _f(mo["events_per_s"]), per_run("many_open", "events_per_s"))
+        row(
+            "many open",
+            f"{mo['open_txns']:,} open: events/s",
+            _f(mo["events_per_s"]),
+            per_run("many_open", "events_per_s"),
+        )
         row("many open", "peak RSS MB", _f(mo["peak_rss_mb"]), per_run("many_open", "peak_rss_mb"))
     la = med.get("latency")
     if la:
-        row("latency", f"p50 / p99 ms @{la['offered_rate']:,} ev/s",
-            f"{_f(la['p50_ms'], 1)} / {_f(la['p99_ms'], 1)}", per_run("latency", "p99_ms", digits=1))
+        row(
+            "latency",
+            f"p50 / p99 ms @{la['offered_rate']:,} ev/s",
+            f"{_f(la['p50_ms'], 1)} / {_f(la['p99_ms'], 1)}",
+            per_run("latency", "p99_ms", digits=1),
+        )
         row("latency", "achieved offered rate", _f(la["achieved_rate"]), per_run("latency", "achieved_rate"))
     co = med.get("cold_rebuild")
     if co:
-        row("cold rebuild", f"{co['buffered_events']:,} buffered: events/s", _f(co["events_per_s"]),
-            per_run("cold_rebuild", "events_per_s"))
+        row(
+            "cold rebuild",
+            f"{co['buffered_events']:,} buffered: events/s",
+            _f(co["events_per_s"]),
+            per_run("cold_rebuild", "events_per_s"),
+        )
         if st:
             row("cold rebuild", "ratio to steady", _f(co["events_per_s"] / st["events_per_s"], 3))
     od = med.get("ordering")
@@ -435,12 +579,22 @@ def table(med: dict, results: dict) -> str:
             row("ordering", "global vs partition", "n/a: " + od["reason"])
         else:
             row("ordering", "throughput global/partition", _f(od["throughput_ratio_global_vs_partition"], 3))
-            row("ordering", "p99 ms partition / global / global+idle",
-                " / ".join(_f(od[k]["p99_ms"], 1) for k in ("partition_latency", "global_latency", "global_idle_latency")))
+            row(
+                "ordering",
+                "p99 ms partition / global / global+idle",
+                " / ".join(
+                    _f(od[k]["p99_ms"], 1) for k in ("partition_latency", "global_latency", "global_idle_latency")
+                ),
+            )
     sp = med.get("spark")
     if sp:
-        row("spark", "records/s", _f(sp.get("records_per_s")) if sp.get("records_per_s") else
-            f"{sp.get('status', 'n/a')}: {sp.get('reason', '')}")
+        row(
+            "spark",
+            "records/s",
+            _f(sp.get("records_per_s"))
+            if sp.get("records_per_s")
+            else f"{sp.get('status', 'n/a')}: {sp.get('reason', '')}",
+        )
     w = [max(len(r[i]) for r in rows + [("bench", "metric", "median", "runs")]) for i in range(4)]
     lines = [" | ".join(h.ljust(w[i]) for i, h in enumerate(("bench", "metric", "median", "runs")))]
     lines.append("-+-".join("-" * x for x in w))
@@ -456,13 +610,17 @@ def _get(d, path):
 
 # ---------------------------------------------------------------------- main
 
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.run", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one run (development)")
     ap.add_argument("--only", default=",".join(BENCHES), help=f"comma list of {','.join(BENCHES)}")
     ap.add_argument("--runs", type=int, default=None, help="runs per benchmark (default 3, quick 1)")
-    ap.add_argument("--profile", action="store_true",
-                    help="py-spy record the processor runs of the first round (speedscope JSON in bench/results/)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy record the processor runs of the first round (speedscope JSON in bench/results/)",
+    )
     ap.add_argument("--out", default=None, help="results JSON path (default bench/results/<timestamp>.json)")
     args = ap.parse_args(argv)
     only = {b.strip() for b in args.only.split(",") if b.strip()}
@@ -472,15 +630,22 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     runs = args.runs or (1 if args.quick else 3)
     sizes = SIZES[mode]
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RESULTS.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="txbuffer-bench-"))
     started = time.monotonic()
     print(f"bench: mode={mode} runs={runs} only={sorted(only)} workdir={workdir}", flush=True)
     results: dict[str, list] = {b: [] for b in BENCHES if b in only}
-    info = {"started": stamp, "mode": mode, "runs": runs, "sizes": sizes, "machine": m.machine_info(),
-            "command": " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
-            "method": inspect.getdoc(m), "git": _git_state()}
+    info = {
+        "started": stamp,
+        "mode": mode,
+        "runs": runs,
+        "sizes": sizes,
+        "machine": m.machine_info(),
+        "command": " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
+        "method": inspect.getdoc(m),
+        "git": _git_state(),
+    }
     try:
         with EmbeddedBroker() as broker:
             bench = Bench(broker.bootstrap, sizes, workdir, RESULTS if args.profile else None)
@@ -495,13 +660,20 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         r = getattr(bench, b)(run)
                     results[b].append(r)
-                    print(f"  run {run + 1}/{runs} {b}: {time.monotonic() - t0:.0f}s  "
-                          f"{json.dumps(_brief(r))}", flush=True)
+                    print(
+                        f"  run {run + 1}/{runs} {b}: {time.monotonic() - t0:.0f}s  {json.dumps(_brief(r))}", flush=True
+                    )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     med = medians(results)
-    report = {**info, "git_end": _git_state(), "seconds": time.monotonic() - started, "runs_data": results, "medians": med,
-              "checks": checks(med)}
+    report = {
+        **info,
+        "git_end": _git_state(),
+        "seconds": time.monotonic() - started,
+        "runs_data": results,
+        "medians": med,
+        "checks": checks(med),
+    }
     text = table(med, results)
     print()
     print(text)
@@ -528,13 +700,30 @@ def _git_state() -> dict:
         except Exception:
             return ""
 
-    return {"head": git("rev-parse", "HEAD"), "dirty": git("status", "--short", "--", "processor", "schemas").splitlines()}
+    return {
+        "head": git("rev-parse", "HEAD"),
+        "dirty": git("status", "--short", "--", "processor", "schemas").splitlines(),
+    }
 
 
 def _brief(r: dict) -> dict:
-    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()
-            if not isinstance(v, dict) and k in ("events_per_s", "p50_ms", "p99_ms", "peak_rss_mb", "after_join_s",
-                                                  "status", "records_per_s", "ratio_buffer_time", "ratio_emit_time")}
+    return {
+        k: (round(v, 1) if isinstance(v, float) else v)
+        for k, v in r.items()
+        if not isinstance(v, dict)
+        and k
+        in (
+            "events_per_s",
+            "p50_ms",
+            "p99_ms",
+            "peak_rss_mb",
+            "after_join_s",
+            "status",
+            "records_per_s",
+            "ratio_buffer_time",
+            "ratio_emit_time",
+        )
+    }
 
 
 if __name__ == "__main__":

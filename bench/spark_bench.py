@@ -25,7 +25,7 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
     rng = random.Random(seed)
     emitted = []
     scn = 1000
-    for i in range(n):
+    for _i in range(n):
         if emitted and rng.random() < 0.02:
             yield rng.choice(emitted[-1000:])  # a redelivery: the sink must drop it
             continue
@@ -35,8 +35,14 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
         if rng.random() < 0.05:
             ev = change_event(table, key, "d", scn, 1)
         else:
-            ev = change_event(table, key, "u", scn, 1, after={"id": k, "qty": rng.randrange(1000),
-                                                              "price": rng.random() * 100, "name": f"item-{k}"})
+            ev = change_event(
+                table,
+                key,
+                "u",
+                scn,
+                1,
+                after={"id": k, "qty": rng.randrange(1000), "price": rng.random() * 100, "name": f"item-{k}"},
+            )
         rec = kafka_record(ev)
         emitted.append(rec)
         if len(emitted) > 5000:
@@ -44,8 +50,9 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
         yield rec
 
 
-def bench_spark(bootstrap: str, n_changes: int = 1_000_000, max_offsets_per_trigger: int = 250_000,
-                partitions: int = 4) -> dict:
+def bench_spark(
+    bootstrap: str, n_changes: int = 1_000_000, max_offsets_per_trigger: int = 250_000, partitions: int = 4
+) -> dict:
     from processor.kafka.clients import ensure_topics, make_producer, produce_all
     from processor.spark.job import run_job, spark_session
     from processor.spark.readback import row_counts
@@ -60,17 +67,24 @@ def bench_spark(bootstrap: str, n_changes: int = 1_000_000, max_offsets_per_trig
     spark = spark_session(app="txbuffer-bench")
     startup_s = time.monotonic() - t1
     try:
-        summary = run_job(bootstrap, topic, f"{work}/ck", f"{work}/out", spark=spark,
-                          max_offsets_per_trigger=max_offsets_per_trigger)
+        summary = run_job(
+            bootstrap, topic, f"{work}/ck", f"{work}/out", spark=spark, max_offsets_per_trigger=max_offsets_per_trigger
+        )
         rows = sum(row_counts(f"{work}/out").values())
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {
-        "records": n_changes, "input_rows": summary["input_rows"], "batches": summary["batches"],
-        "query_seconds": summary["seconds"], "records_per_s": round(n_changes / summary["seconds"], 1),
-        "spark_startup_seconds": round(startup_s, 2), "produce_seconds": round(produce_s, 2),
-        "current_state_rows": rows, "max_offsets_per_trigger": max_offsets_per_trigger, "master": "local[2]",
+        "records": n_changes,
+        "input_rows": summary["input_rows"],
+        "batches": summary["batches"],
+        "query_seconds": summary["seconds"],
+        "records_per_s": round(n_changes / summary["seconds"], 1),
+        "spark_startup_seconds": round(startup_s, 2),
+        "produce_seconds": round(produce_s, 2),
+        "current_state_rows": rows,
+        "max_offsets_per_trigger": max_offsets_per_trigger,
+        "master": "local[2]",
     }
     log.info("bench.spark", **result)
     return result

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from processor.core import events as ev
-from processor.kafka.rawtopic import RawTopicWriter
 from processor.core.partitioning import partition_of
+from processor.kafka.rawtopic import RawTopicWriter
 
 BASE_TS_MS = 1_700_000_000_000
 TABLES = ("app.accounts", "app.orders", "app.items", "app.ledger")
@@ -25,6 +25,7 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 @dataclass
 class Workload:
     """What was written: counts the harness needs to check completeness and compute rates."""
+
     topic: str
     partitions: int
     events: int = 0
@@ -50,11 +51,29 @@ class _Encoder:
         rng = self.rng
         table = TABLES[pk & 3]
         op = ev.INSERT if seq == 1 or rng.random() < 0.5 else ev.UPDATE
-        after = {"id": pk, "name": WORDS[pk % 10] + "-" + str(pk), "amount": rng.random() * 1000.0,
-                 "qty": int(rng.random() * 100), "active": True, "note": self.pad}
+        after = {
+            "id": pk,
+            "name": WORDS[pk % 10] + "-" + str(pk),
+            "amount": rng.random() * 1000.0,
+            "qty": int(rng.random() * 100),
+            "active": True,
+            "note": self.pad,
+        }
         before = None if op == ev.INSERT else {"id": pk, "qty": 0}
-        return ev.encode_raw(ev.raw_event(xid, op, seq, self.scn, ts_ms=BASE_TS_MS + self.scn, table=table,
-                                          key={"id": pk}, before=before, after=after, user="bench"))
+        return ev.encode_raw(
+            ev.raw_event(
+                xid,
+                op,
+                seq,
+                self.scn,
+                ts_ms=BASE_TS_MS + self.scn,
+                table=table,
+                key={"id": pk},
+                before=before,
+                after=after,
+                user="bench",
+            )
+        )
 
     def control(self, xid: str, op: str, seq: int) -> bytes:
         self.scn += 1
@@ -69,8 +88,16 @@ class SmallTxns:
     with kind in {"change", "begin", "commit", "rollback"}.
     """
 
-    def __init__(self, prefix: str, seed: int, open_txns: int = 200, avg: int = 10, rollback_rate: float = 0.1,
-                 size: int = 200, xid_filter: Callable[[str], bool] | None = None):
+    def __init__(
+        self,
+        prefix: str,
+        seed: int,
+        open_txns: int = 200,
+        avg: int = 10,
+        rollback_rate: float = 0.1,
+        size: int = 200,
+        xid_filter: Callable[[str], bool] | None = None,
+    ):
         self.rng = random.Random(seed)
         self.enc = _Encoder(self.rng, size)
         self.prefix, self.open_target, self.avg, self.rollback_rate = prefix, open_txns, avg, rollback_rate
@@ -136,9 +163,17 @@ def _finish(w: Workload, writer: RawTopicWriter, started: float) -> Workload:
     return w
 
 
-def write_steady(bootstrap: str, topic: str, n_events: int, partitions: int = 4, seed: int = 1,
-                 open_txns: int = 200, avg: int = 10, rollback_rate: float = 0.1,
-                 xid_filter: Callable[[str], bool] | None = None) -> Workload:
+def write_steady(
+    bootstrap: str,
+    topic: str,
+    n_events: int,
+    partitions: int = 4,
+    seed: int = 1,
+    open_txns: int = 200,
+    avg: int = 10,
+    rollback_rate: float = 0.1,
+    xid_filter: Callable[[str], bool] | None = None,
+) -> Workload:
     """~n_events of small interleaved transactions (all finished by the end)."""
     started = time.monotonic()
     writer = _writer(bootstrap, topic, partitions)
@@ -150,8 +185,9 @@ def write_steady(bootstrap: str, topic: str, n_events: int, partitions: int = 4,
     return _finish(w, writer, started)
 
 
-def write_huge(bootstrap: str, topic: str, n_changes: int, partitions: int = 4, seed: int = 2,
-               background_every: int = 100) -> Workload:
+def write_huge(
+    bootstrap: str, topic: str, n_changes: int, partitions: int = 4, seed: int = 2, background_every: int = 100
+) -> Workload:
     """One transaction of n_changes (~200 B each) with one small-transaction event every
     `background_every` changes around it, and a few small transactions before its BEGIN so the
     first outputs mark the start of processing."""
@@ -208,8 +244,9 @@ def write_many_open(bootstrap: str, topic: str, n_open: int, partitions: int = 4
     return _finish(w, writer, started)
 
 
-def write_open_only(bootstrap: str, topic: str, n_events: int, partitions: int = 4, seed: int = 4,
-                    n_txns: int = 1000) -> Workload:
+def write_open_only(
+    bootstrap: str, topic: str, n_events: int, partitions: int = 4, seed: int = 4, n_txns: int = 1000
+) -> Workload:
     """n_events of n_txns interleaved transactions that never end: all of it stays buffered."""
     started = time.monotonic()
     writer = _writer(bootstrap, topic, partitions)

@@ -1,7 +1,7 @@
 """Processor sizing for a target event rate, from measured per-instance throughput (deploy/SIZING.md).
 
-    python deploy/sizing.py --throughput 52000 --event-bytes 310          # numbers from `make bench`
-    python deploy/sizing.py --throughput 52000 --event-bytes 310 --rate 250000 --open-window-s 120
+python deploy/sizing.py --throughput 52000 --event-bytes 310          # numbers from `make bench`
+python deploy/sizing.py --throughput 52000 --event-bytes 310 --rate 250000 --open-window-s 120
 """
 
 from __future__ import annotations
@@ -22,9 +22,17 @@ class Sizing:
     buffered_bytes: float
 
 
-def size(rate: float, throughput: float, event_bytes: float, utilisation: float = 0.6,
-         partitions_per_instance: int = 4, open_window_s: float = 60.0, largest_txn_bytes: float = 4 * GIB,
-         space_amplification: float = 2.0, min_disk_gib: int = 10) -> Sizing:
+def size(
+    rate: float,
+    throughput: float,
+    event_bytes: float,
+    utilisation: float = 0.6,
+    partitions_per_instance: int = 4,
+    open_window_s: float = 60.0,
+    largest_txn_bytes: float = 4 * GIB,
+    space_amplification: float = 2.0,
+    min_disk_gib: int = 10,
+) -> Sizing:
     """Instances N, partitions P and disk D per instance.
 
     N = max(ceil(R / (u*T)), ceil(R / T) + 1)   run at utilisation u, and survive one instance down
@@ -55,8 +63,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--largest-txn-gib", type=float, default=4.0, help="L: largest single transaction, GiB")
     p.add_argument("--space-amplification", type=float, default=2.0, help="a: RocksDB WAL + compaction overhead")
     a = p.parse_args(argv)
-    s = size(a.rate, a.throughput, a.event_bytes, a.utilisation, a.partitions_per_instance,
-             a.open_window_s, a.largest_txn_gib * GIB, a.space_amplification)
+    s = size(
+        a.rate,
+        a.throughput,
+        a.event_bytes,
+        a.utilisation,
+        a.partitions_per_instance,
+        a.open_window_s,
+        a.largest_txn_gib * GIB,
+        a.space_amplification,
+    )
     print(f"instances (StatefulSet replicas): {s.instances}")
     print(f"raw topic partitions:             {s.partitions}")
     print(f"disk per instance (PVC):          {s.disk_gib}Gi")

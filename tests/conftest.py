@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+
 @dataclass
 class BrokerHandle:
     bootstrap: str

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from processor.core import events as ev
-from processor.store.memory import MemoryStore
-from processor.store.rocks import RocksStore
+from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
 from processor.core.store import Store
 from processor.runtime.emitter import Emitter
-from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
+from processor.store.memory import MemoryStore
+from processor.store.rocks import RocksStore
 from processor.testing.memsink import MemorySink
 
 

@@ -1,6 +1,6 @@
 """Main file for `spark-submit` (cluster mode needs a file): runs the `txbuffer` CLI with the job's arguments.
 
-    spark-submit ... local:///opt/txbuffer/spark_main.py spark --trigger continuous-interval ...
+spark-submit ... local:///opt/txbuffer/spark_main.py spark --trigger continuous-interval ...
 """
 
 import sys

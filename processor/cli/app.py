@@ -28,8 +28,12 @@ COMMAND_MODULES = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txbuffer", description="The universal transaction buffer.")
-    parser.add_argument("--log-format", choices=["console", "json"], default=None,
-                        help="log output format (default: console on a terminal, json otherwise)")
+    parser.add_argument(
+        "--log-format",
+        choices=["console", "json"],
+        default=None,
+        help="log output format (default: console on a terminal, json otherwise)",
+    )
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:

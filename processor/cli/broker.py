@@ -7,7 +7,9 @@ import threading
 
 
 def register(sub) -> None:
-    p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (Tansu) and print its bootstrap address")
+    p = sub.add_parser(
+        "broker", help="run the embedded Kafka-compatible broker (Tansu) and print its bootstrap address"
+    )
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
     p.set_defaults(func=run)
 

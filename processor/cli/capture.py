@@ -16,8 +16,12 @@ def register(sub) -> None:
     p.add_argument("--slot", default="txbuffer", help="logical replication slot (pgoutput)")
     p.add_argument("--publication", default="txbuffer", help="publication to stream")
     p.add_argument("--tables", default="", help="comma-separated tables for a created publication (default: all)")
-    p.add_argument("--no-create", dest="create", action="store_false",
-                   help="fail if the slot or publication is missing instead of creating it")
+    p.add_argument(
+        "--no-create",
+        dest="create",
+        action="store_false",
+        help="fail if the slot or publication is missing instead of creating it",
+    )
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument("--topic", default="txbuffer.raw", help="raw topic")
     p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
@@ -43,6 +47,10 @@ def run(args) -> int:
     try:
         capture.run()
     finally:
-        log.info("capture.stopped", events=capture.events, acked_lsn=capture.acked_lsn,
-                 **{f"msg_{k}": v for k, v in sorted(capture.mapper.stats.items())})
+        log.info(
+            "capture.stopped",
+            events=capture.events,
+            acked_lsn=capture.acked_lsn,
+            **{f"msg_{k}": v for k, v in sorted(capture.mapper.stats.items())},
+        )
     return 0

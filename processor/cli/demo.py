@@ -19,5 +19,13 @@ def register(sub) -> None:
 def run(args) -> int:
     from processor.testing.demo import DemoOptions, run_demo
 
-    return run_demo(DemoOptions(events=args.events, open_txns=args.open_txns, partitions=args.partitions,
-                                seed=args.seed, workdir=args.workdir, spark=args.spark))
+    return run_demo(
+        DemoOptions(
+            events=args.events,
+            open_txns=args.open_txns,
+            partitions=args.partitions,
+            seed=args.seed,
+            workdir=args.workdir,
+            spark=args.spark,
+        )
+    )

@@ -11,8 +11,10 @@ log = structlog.get_logger(__name__)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("generate", help="write a seeded workload (interleaving, rollbacks, savepoints, LOBs, "
-                                        "huge transactions) to the raw topic")
+    p = sub.add_parser(
+        "generate",
+        help="write a seeded workload (interleaving, rollbacks, savepoints, LOBs, huge transactions) to the raw topic",
+    )
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument("--topic", default="txbuffer.raw", help="raw topic")
     p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
@@ -28,8 +30,11 @@ def register(sub) -> None:
     p.add_argument("--keys-per-table", type=int, default=10_000, help="primary-key space of each table")
     p.add_argument("--huge-txn-size", type=int, default=0, help="changes in one huge transaction (0 = none)")
     p.add_argument("--heartbeat-every", type=int, default=1000, help="a HEARTBEAT every N events (0 = none)")
-    p.add_argument("--expected-dir", default=None, help="write expected_changes.jsonl, "
-                                                        "expected_transactions.jsonl and summary.json here")
+    p.add_argument(
+        "--expected-dir",
+        default=None,
+        help="write expected_changes.jsonl, expected_transactions.jsonl and summary.json here",
+    )
     p.add_argument("--progress", action="store_true", default=None, help="force the progress bar on")
     p.set_defaults(func=run)
 
@@ -41,10 +46,20 @@ def run(args) -> int:
     from processor.testing.generator import WorkloadGenerator
 
     workload = WorkloadGenerator(
-        args.events, open_txns=args.open_txns, seed=args.seed, rollback_rate=args.rollback_rate,
-        savepoint_rate=args.savepoint_rate, subtxn_abort_rate=args.subtxn_abort_rate, undo_rate=args.undo_rate,
-        lob_rate=args.lob_rate, ddl_rate=args.ddl_rate, keys_per_table=args.keys_per_table,
-        huge_txn_size=args.huge_txn_size, heartbeat_every=args.heartbeat_every, expected_dir=args.expected_dir)
+        args.events,
+        open_txns=args.open_txns,
+        seed=args.seed,
+        rollback_rate=args.rollback_rate,
+        savepoint_rate=args.savepoint_rate,
+        subtxn_abort_rate=args.subtxn_abort_rate,
+        undo_rate=args.undo_rate,
+        lob_rate=args.lob_rate,
+        ddl_rate=args.ddl_rate,
+        keys_per_table=args.keys_per_table,
+        huge_txn_size=args.huge_txn_size,
+        heartbeat_every=args.heartbeat_every,
+        expected_dir=args.expected_dir,
+    )
     writer = RawTopicWriter(args.bootstrap, args.topic, args.partitions)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     started = time.monotonic()
@@ -53,9 +68,19 @@ def run(args) -> int:
     writer.flush()
     elapsed = time.monotonic() - started
     summary = workload.summary()
-    log.info("generate.done", topic=args.topic, partitions=writer.partitions, records=writer.written,
-             events=summary["events"], heartbeats=summary["heartbeats"], committed=summary["committed"],
-             rolled_back=summary["rolled_back"], changes=summary["changes"], last_scn=summary["last_scn"],
-             seconds=round(elapsed, 2), events_per_s=round(summary["events"] / max(elapsed, 1e-9)),
-             expected_dir=args.expected_dir)
+    log.info(
+        "generate.done",
+        topic=args.topic,
+        partitions=writer.partitions,
+        records=writer.written,
+        events=summary["events"],
+        heartbeats=summary["heartbeats"],
+        committed=summary["committed"],
+        rolled_back=summary["rolled_back"],
+        changes=summary["changes"],
+        last_scn=summary["last_scn"],
+        seconds=round(elapsed, 2),
+        events_per_s=round(summary["events"] / max(elapsed, 1e-9)),
+        expected_dir=args.expected_dir,
+    )
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import structlog
 
 from processor.runtime.config import ConfigError, ProcessorConfig, load_config

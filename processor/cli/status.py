@@ -12,8 +12,9 @@ log = structlog.get_logger(__name__)
 def register(sub) -> None:
     p = sub.add_parser("status", help="show lag, open transactions, buffered bytes and low watermarks")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--metrics-url", help="a running processor's Prometheus endpoint, "
-                                              "e.g. http://127.0.0.1:9108/metrics")
+    source.add_argument(
+        "--metrics-url", help="a running processor's Prometheus endpoint, e.g. http://127.0.0.1:9108/metrics"
+    )
     source.add_argument("--state-dir", help="a processor state dir (read-only; works while it runs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout", type=float, default=5.0, help="scrape timeout in seconds")

@@ -7,13 +7,13 @@ event (events.encode_change_spliced) instead of being decoded and re-encoded.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from processor.core import events as ev
 from processor.core import keys, stored
-from processor.core.store import Store
 from processor.core.fragments import apply_fragment
+from processor.core.store import Store
 from processor.core.txn import Txn
 
 
@@ -67,24 +67,37 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
 def change_event_bytes(change: Change, txn: Txn, total_order: int, collection_order: int) -> bytes:
     """The ChangeEvent (Debezium envelope) of one surviving change, Avro-encoded."""
     commit = txn.commit
-    head = {"event_id": ev.event_id(commit.thread, commit.scn, txn.xid, change.seq),
-            "op": ev.ENVELOPE_OP[change.op], "ts_ms": change.ts_ms}
+    head = {
+        "event_id": ev.event_id(commit.thread, commit.scn, txn.xid, change.seq),
+        "op": ev.ENVELOPE_OP[change.op],
+        "ts_ms": change.ts_ms,
+    }
     tail = {
         "source": {
-            "table": change.table, "xid": txn.xid, "seq": change.seq, "scn": change.scn,
-            "commit_scn": commit.scn, "commit_ts_ms": commit.ts_ms, "thread": commit.thread,
-            "user": txn.user, "row_id": change.row_id, "attrs": change.attrs,
+            "table": change.table,
+            "xid": txn.xid,
+            "seq": change.seq,
+            "scn": change.scn,
+            "commit_scn": commit.scn,
+            "commit_ts_ms": commit.ts_ms,
+            "thread": commit.thread,
+            "user": txn.user,
+            "row_id": change.row_id,
+            "attrs": change.attrs,
         },
         "transaction": {"id": txn.xid, "total_order": total_order, "data_collection_order": collection_order},
     }
     if change.decoded is None:
-        return ev.encode_change_spliced(head, memoryview(change.raw)[change.body_at:], tail)
+        return ev.encode_change_spliced(head, memoryview(change.raw)[change.body_at :], tail)
     d = change.decoded
-    return ev.encode_change({**head, "key": d["key"], "before": d["before"], "after": d["after"], "ddl": d["ddl"], **tail})
+    return ev.encode_change(
+        {**head, "key": d["key"], "before": d["before"], "after": d["after"], "ddl": d["ddl"], **tail}
+    )
 
 
-def transaction_event(status: str, txn: Txn, ordering: str, event_count: int | None = None,
-                      tables: dict[str, int] | None = None) -> dict:
+def transaction_event(
+    status: str, txn: Txn, ordering: str, event_count: int | None = None, tables: dict[str, int] | None = None
+) -> dict:
     commit = txn.commit
     end = status == "END"
     return {

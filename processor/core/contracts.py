@@ -6,7 +6,8 @@ here lets both depend on core instead of on each other.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 AckCallback = Callable[[object | None], None]
 

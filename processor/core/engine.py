@@ -45,7 +45,7 @@ class Filters:
     exclude_tables: frozenset = frozenset()
 
     @classmethod
-    def from_config(cls, cfg) -> "Filters":
+    def from_config(cls, cfg) -> Filters:
         return cls(**{f: getattr(cfg, f) for f in cls.__dataclass_fields__})
 
     def table_excluded(self, table: str | None) -> bool:
@@ -56,7 +56,9 @@ class Filters:
     def identity_excluded(self, user: str | None, client: str | None) -> bool:
         if user is not None and (user in self.exclude_users or (self.include_users and user not in self.include_users)):
             return True
-        if client is not None and (client in self.exclude_clients or (self.include_clients and client not in self.include_clients)):
+        if client is not None and (
+            client in self.exclude_clients or (self.include_clients and client not in self.include_clients)
+        ):
             return True
         return False
 
@@ -110,8 +112,6 @@ def validate(e: dict) -> str | None:
     elif op == ev.SUBTXN_ABORT and not e["subxid"]:
         return "SUBTXN_ABORT without subxid"
     return None
-
-
 
 
 class PartitionEngine:
@@ -265,7 +265,9 @@ class PartitionEngine:
             return []
         target = self._newest_surviving(txn, e["row_id"], e["seq"])
         if target is None:
-            return self._dead(offset, key, value, f"undo row: no earlier change with row_id {e['row_id']!r} in {txn.xid}")
+            return self._dead(
+                offset, key, value, f"undo row: no earlier change with row_id {e['row_id']!r} in {txn.xid}"
+            )
         self.batch.delete(keys.event_key(txn.prefix, target))
         self.stats.undone += 1
         return []
@@ -311,7 +313,7 @@ class PartitionEngine:
         else:
             return self._dead(offset, key, value, f"ROLLBACK_TO_SAVEPOINT: unknown savepoint {name!r} in {txn.xid}")
         start = txn.savepoints[i][1]
-        del txn.savepoints[i + 1:]
+        del txn.savepoints[i + 1 :]
         # Stale index entries of the dropped range are skipped by their readers.
         self.batch.delete_range(keys.event_key(txn.prefix, start + 1), keys.event_key(txn.prefix, e["seq"]))
         self._dirty.add(txn.xid)
@@ -433,8 +435,12 @@ class PartitionEngine:
                 self.batch.put(mkey, txn.to_bytes())
         self._dirty.clear()
         self._prune_completed()
-        pos = {"next_offset": self.next_offset, "watermark": self.watermark, "version": FORMAT_VERSION,
-               "marshal": stored.MARSHAL_VERSION}
+        pos = {
+            "next_offset": self.next_offset,
+            "watermark": self.watermark,
+            "version": FORMAT_VERSION,
+            "marshal": stored.MARSHAL_VERSION,
+        }
         self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
         self._pos_dirty = False
         self.store.write(self.batch)
@@ -450,8 +456,9 @@ class PartitionEngine:
             self.batch.delete(keys.fifo_key(self.partition, offset, xid))
 
     @classmethod
-    def restore(cls, partition: int, store: Store, filters: Filters = Filters(),
-                min_completed: int = 10000) -> "PartitionEngine | None":
+    def restore(
+        cls, partition: int, store: Store, filters: Filters = Filters(), min_completed: int = 10000
+    ) -> PartitionEngine | None:
         """Load a partition's state, or None when the store holds no position for it."""
         raw_pos = store.get(keys.pos_key(partition))
         if raw_pos is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,23 @@ CHANGE_OPS = frozenset({INSERT, UPDATE, DELETE, TRUNCATE, DDL})
 FRAGMENT_OPS = frozenset({LOB_WRITE, LOB_ERASE, LOB_TRIM, XML_WRITE, LONG_STRING_WRITE})
 ROW_OPS = frozenset({INSERT, UPDATE, DELETE})
 ALL_OPS = (
-    BEGIN, INSERT, UPDATE, DELETE, TRUNCATE, DDL, LOB_WRITE, LOB_ERASE, LOB_TRIM, XML_WRITE,
-    LONG_STRING_WRITE, SAVEPOINT, ROLLBACK_TO_SAVEPOINT, SUBTXN_ABORT, COMMIT, ROLLBACK, HEARTBEAT,
+    BEGIN,
+    INSERT,
+    UPDATE,
+    DELETE,
+    TRUNCATE,
+    DDL,
+    LOB_WRITE,
+    LOB_ERASE,
+    LOB_TRIM,
+    XML_WRITE,
+    LONG_STRING_WRITE,
+    SAVEPOINT,
+    ROLLBACK_TO_SAVEPOINT,
+    SUBTXN_ABORT,
+    COMMIT,
+    ROLLBACK,
+    HEARTBEAT,
 )
 
 # RawEvent op -> Debezium envelope op.
@@ -52,7 +67,7 @@ class DecodeError(ValueError):
     """A record that does not decode as the expected schema."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> Any:
     """Parse schemas/<name>.avsc (name: raw_event, change_event, transaction_event)."""
     with open(SCHEMA_DIR / f"{name}.avsc", encoding="utf-8") as f:
@@ -94,11 +109,28 @@ def decode(schema: Any, data: bytes) -> dict:
 def raw_event(xid: str, op: str, seq: int, scn: int, **fields: Any) -> dict:
     """A RawEvent dict with every default filled in (for sources, the generator and tests)."""
     event = {
-        "xid": xid, "op": op, "seq": seq, "scn": scn, "thread": 1, "ts_ms": 0,
-        "table": None, "key": None, "before": None, "after": None, "ddl": None,
-        "subxid": None, "savepoint": None, "undo": False, "row_id": None,
-        "user": None, "client": None, "lob_column": None, "lob_offset": None,
-        "lob_data": None, "attrs": {}, "lob_length": None,
+        "xid": xid,
+        "op": op,
+        "seq": seq,
+        "scn": scn,
+        "thread": 1,
+        "ts_ms": 0,
+        "table": None,
+        "key": None,
+        "before": None,
+        "after": None,
+        "ddl": None,
+        "subxid": None,
+        "savepoint": None,
+        "undo": False,
+        "row_id": None,
+        "user": None,
+        "client": None,
+        "lob_column": None,
+        "lob_offset": None,
+        "lob_data": None,
+        "attrs": {},
+        "lob_length": None,
     }
     unknown = set(fields) - set(event)
     if unknown:
@@ -167,11 +199,12 @@ _BODY_FIELDS = ("key", "before", "after", "ddl")
 def _sub_schema(name: str, source: str, fields: slice) -> Any:
     with open(SCHEMA_DIR / f"{source}.avsc", encoding="utf-8") as f:
         doc = json.load(f)
-    return fastavro.parse_schema({"type": "record", "name": name, "namespace": "txbuffer.part",
-                                  "fields": doc["fields"][fields]})
+    return fastavro.parse_schema(
+        {"type": "record", "name": name, "namespace": "txbuffer.part", "fields": doc["fields"][fields]}
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parts() -> dict:
     with open(SCHEMA_DIR / "raw_event.avsc", encoding="utf-8") as f:
         raw_names = [fld["name"] for fld in json.load(f)["fields"]]
@@ -181,7 +214,7 @@ def _parts() -> dict:
     change_body_at = change_names.index("key")
     # The splice is only valid while both schemas keep these fields last/adjacent in this order.
     assert tuple(raw_names[body_at:]) == _BODY_FIELDS, raw_names
-    assert tuple(change_names[change_body_at:change_body_at + 4]) == _BODY_FIELDS, change_names
+    assert tuple(change_names[change_body_at : change_body_at + 4]) == _BODY_FIELDS, change_names
     return {
         "routing": _sub_schema("RawRouting", "raw_event", slice(0, body_at)),
         "key": _sub_schema("RawKey", "raw_event", slice(body_at, body_at + 1)),

@@ -32,4 +32,4 @@ def apply_fragment(value: str | bytes | None, fragment: dict) -> str | bytes:
         offset = len(value)
     if offset > len(value):
         value = value + _fill(value, offset - len(value))
-    return value[:offset] + data + value[offset + len(data):]
+    return value[:offset] + data + value[offset + len(data) :]

@@ -99,7 +99,7 @@ def fifo_decode(key: bytes) -> tuple[int, str]:
 def xid_of_prefixed(key: bytes) -> str:
     """The xid of a META or DONE key."""
     (n,) = _H.unpack_from(key, 5)
-    return key[7:7 + n].decode()
+    return key[7 : 7 + n].decode()
 
 
 def pos_key(partition: int) -> bytes:

@@ -33,7 +33,7 @@ class GlobalOrder:
         self.max_hold_ms = max_hold_ms
         self.stall_warn_ms = stall_warn_ms
         self.heap: list[Held] = []
-        self.relaxed = 0             # released by max_hold before the watermark allowed it
+        self.relaxed = 0  # released by max_hold before the watermark allowed it
         self._advanced: dict[int, tuple[int, float]] = {}  # partition -> (watermark, when it last moved)
         self._warned: set[int] = set()
 
@@ -52,8 +52,14 @@ class GlobalOrder:
                 pass
             elif self.max_hold_ms and now_ms - head.held_at_ms >= self.max_hold_ms:
                 self.relaxed += 1
-                log.warning("ordering.relaxed", xid=head.txn.xid, partition=head.txn.partition,
-                            commit_scn=head.sort_key[0], min_watermark=low, held_ms=round(now_ms - head.held_at_ms))
+                log.warning(
+                    "ordering.relaxed",
+                    xid=head.txn.xid,
+                    partition=head.txn.partition,
+                    commit_scn=head.sort_key[0],
+                    min_watermark=low,
+                    held_ms=round(now_ms - head.held_at_ms),
+                )
             else:
                 break
             heapq.heappop(self.heap)
@@ -80,8 +86,13 @@ class GlobalOrder:
                 self._warned.discard(p)
             elif self.heap and self.stall_warn_ms and now_ms - last[1] > self.stall_warn_ms and p not in self._warned:
                 self._warned.add(p)
-                log.warning("ordering.partition_stalled", partition=p, watermark=wm,
-                            stalled_ms=round(now_ms - last[1]), held=len(self.heap))
+                log.warning(
+                    "ordering.partition_stalled",
+                    partition=p,
+                    watermark=wm,
+                    stalled_ms=round(now_ms - last[1]),
+                    held=len(self.heap),
+                )
 
     def stalled_partitions(self, now_ms: float) -> list[int]:
         return [p for p, (_, since) in self._advanced.items() if self.heap and now_ms - since > self.stall_warn_ms]

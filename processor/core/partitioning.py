@@ -7,7 +7,7 @@ Kafka's published vectors and against the real producer.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from processor.core.events import HEARTBEAT
 
@@ -17,7 +17,7 @@ def murmur2(data: bytes) -> int:
     m, length = 0x5BD1E995, len(data)
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+        k = int.from_bytes(data[i : i + 4], "little")
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> 24
         k = (k * m) & 0xFFFFFFFF

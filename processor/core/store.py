@@ -8,7 +8,7 @@ Implementations live in processor.store (RocksDB for running, memory for tests).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Iterator
+from collections.abc import Iterator
 
 from processor.core.keys import upper_bound
 

@@ -17,20 +17,21 @@ _LEN = struct.Struct(">H")
 
 
 def pack(e: dict, raw: bytes, body_at: int, kafka_key: bytes | None) -> bytes:
-    header = marshal.dumps((e["op"], e["seq"], e["scn"], e["ts_ms"], e["table"], e["row_id"], e["attrs"],
-                            kafka_key, body_at))
+    header = marshal.dumps(
+        (e["op"], e["seq"], e["scn"], e["ts_ms"], e["table"], e["row_id"], e["attrs"], kafka_key, body_at)
+    )
     return _LEN.pack(len(header)) + header + raw
 
 
 def unpack(value: bytes) -> tuple[tuple, bytes]:
     """(header, raw): header = (op, seq, scn, ts_ms, table, row_id, attrs, kafka_key, body_at)."""
     (n,) = _LEN.unpack_from(value)
-    return marshal.loads(value[2:2 + n]), value[2 + n:]
+    return marshal.loads(value[2 : 2 + n]), value[2 + n :]
 
 
 def raw_of(value: bytes) -> bytes:
     (n,) = _LEN.unpack_from(value)
-    return value[2 + n:]
+    return value[2 + n :]
 
 
 def op_of(value: bytes) -> str:

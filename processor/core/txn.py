@@ -58,7 +58,7 @@ class Txn:
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "Txn":
+    def from_bytes(cls, raw: bytes) -> Txn:
         doc = json.loads(raw)
         commit = doc.pop("commit")
         txn = cls(**doc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -35,9 +35,11 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.
     """Create each topic with its partition count unless it exists."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = admin.list_topics(timeout=timeout_s).topics
-    wanted = [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items() if name not in existing]
+    wanted = [
+        NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items() if name not in existing
+    ]
     if wanted:
-        for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
+        for _name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
             try:
                 future.result()
             except KafkaException as exc:

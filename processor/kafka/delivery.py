@@ -12,7 +12,7 @@ offsets rather than trusting a local store that may be ahead of an aborted trans
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 from confluent_kafka import KafkaException, TopicPartition
@@ -83,8 +83,9 @@ class ExactlyOnce:
                     break
             else:
                 raise RuntimeError(f"{len(self.emitter.queue)} released transactions did not finish in the batch")
-            self.producer.send_offsets_to_transaction(offsets(), consumer.consumer_group_metadata(),
-                                                      self.flush_timeout_s)
+            self.producer.send_offsets_to_transaction(
+                offsets(), consumer.consumer_group_metadata(), self.flush_timeout_s
+            )
             self.producer.commit_transaction(self.flush_timeout_s)
             self.committed_batches += 1
         except KafkaException as exc:

@@ -6,7 +6,7 @@ so partitioning and heartbeat rules live in one place.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, Message
 
@@ -17,8 +17,15 @@ from processor.kafka.clients import ensure_topics, make_producer, partition_coun
 class RawTopicWriter:
     """Produces RawEvents keyed by XID. The producer's murmur2 partitioner matches Java's default."""
 
-    def __init__(self, bootstrap: str, topic: str = "txbuffer.raw", partitions: int = 4, create: bool = True,
-                 on_delivery: Callable[[KafkaError | None, Message], None] | None = None, **producer_conf: object):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = "txbuffer.raw",
+        partitions: int = 4,
+        create: bool = True,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        **producer_conf: object,
+    ):
         if create:
             ensure_topics(bootstrap, {topic: partitions})
         self.topic = topic
@@ -53,8 +60,9 @@ class RawTopicWriter:
     def write_encoded(self, xid: str, value: bytes) -> None:
         self._produce(xid.encode(), value)
 
-    def write_all(self, source: Iterable[dict], progress: Callable[[int], None] | None = None,
-                  every: int = 5000) -> int:
+    def write_all(
+        self, source: Iterable[dict], progress: Callable[[int], None] | None = None, every: int = 5000
+    ) -> int:
         """Write a stream of RawEvents in order; HEARTBEATs go to every partition. Returns the count."""
         n = 0
         for event in source:

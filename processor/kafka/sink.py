@@ -46,11 +46,16 @@ class KafkaSink:
         if err is not None:
             self.dlq_errors.append(f"outcome: {err}")
 
-    def dead_letter(self, source_topic: str, partition: int, offset: int, key: bytes | None,
-                    value: bytes | None, reason: str) -> None:
+    def dead_letter(
+        self, source_topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
+    ) -> None:
         """The original record, untouched, with why it was rejected and where it came from."""
-        headers = [("reason", reason.encode()), ("topic", source_topic.encode()),
-                   ("partition", str(partition).encode()), ("offset", str(offset).encode())]
+        headers = [
+            ("reason", reason.encode()),
+            ("topic", source_topic.encode()),
+            ("partition", str(partition).encode()),
+            ("offset", str(offset).encode()),
+        ]
         self.dlq_unacked += 1
         self._produce(self.dlq_topic, key, value, self._dlq_delivered, headers)
 

@@ -43,7 +43,7 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> "EmbeddedBroker":
+    def start(self, timeout_s: float = 30.0) -> EmbeddedBroker:
         if not self.port:
             self.port = free_port()
         url = f"tcp://127.0.0.1:{self.port}"
@@ -52,9 +52,20 @@ class EmbeddedBroker:
         logfile = open(self.log_path, "ab")
         env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_RUST_LOG", "warn"))
         self.process = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=logfile, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         logfile.close()
         self._wait_ready(timeout_s)
@@ -96,7 +107,7 @@ class EmbeddedBroker:
             self.process.wait(5)
         log.info("broker.stopped", bootstrap=self.bootstrap)
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

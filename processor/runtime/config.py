@@ -6,8 +6,9 @@ Precedence: command-line flags > environment (TXBUFFER_<FIELD>) > YAML file > de
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -27,8 +28,11 @@ class ProcessorConfig(BaseModel):
     changes_topic: str = "txbuffer.changes"
     transactions_topic: str = "txbuffer.transactions"
     dlq_topic: str = "txbuffer.dlq"
-    outcomes_topic: str = Field("txbuffer.outcomes", description="internal: outcomes of transactions that "
-                                "emitted nothing, to rebuild the completed index on an empty disk")
+    outcomes_topic: str = Field(
+        "txbuffer.outcomes",
+        description="internal: outcomes of transactions that "
+        "emitted nothing, to rebuild the completed index on an empty disk",
+    )
     group: str = "txbuffer"
     state_dir: Path = Path("./state")
     guarantee: Literal["at_least_once_dedup", "exactly_once"] = "at_least_once_dedup"
@@ -44,18 +48,32 @@ class ProcessorConfig(BaseModel):
     exclude_tables: frozenset[str] = frozenset()
     max_batch: int = Field(5000, ge=1, le=1_000_000, description="max events consumed per poll batch")
     commit_interval_ms: int = Field(1000, ge=10, description="how often the low watermark is committed")
-    completed_index_min_entries: int = Field(10000, ge=0, description="completed XIDs kept even below the low watermark")
+    completed_index_min_entries: int = Field(
+        10000, ge=0, description="completed XIDs kept even below the low watermark"
+    )
     lost_state_policy: Literal["fail", "skip"] = "fail"
-    max_open_age_ms: int = Field(0, ge=0, description="abandon transactions open longer than this (source time); 0 = never")
-    max_hold_ms: int = Field(0, ge=0, description="global ordering: release a held transaction after this long; 0 = never")
+    max_open_age_ms: int = Field(
+        0, ge=0, description="abandon transactions open longer than this (source time); 0 = never"
+    )
+    max_hold_ms: int = Field(
+        0, ge=0, description="global ordering: release a held transaction after this long; 0 = never"
+    )
     stall_warn_ms: int = Field(30000, ge=0, description="warn when a partition watermark is stuck this long")
-    transactional_id: str = Field("", description="exactly_once: the producer's transactional.id; "
-                                                   "default <group>-<hostname>")
+    transactional_id: str = Field(
+        "", description="exactly_once: the producer's transactional.id; default <group>-<hostname>"
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus endpoint port; 0 = off")
     metrics_host: str = "127.0.0.1"
 
-    @field_validator("include_users", "exclude_users", "include_clients", "exclude_clients",
-                     "include_tables", "exclude_tables", mode="before")
+    @field_validator(
+        "include_users",
+        "exclude_users",
+        "include_clients",
+        "exclude_clients",
+        "include_tables",
+        "exclude_tables",
+        mode="before",
+    )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -68,14 +86,15 @@ def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
     values = {}
     for name, raw in env.items():
         if name.startswith(ENV_PREFIX):
-            field = name[len(ENV_PREFIX):].lower()
+            field = name[len(ENV_PREFIX) :].lower()
             if field in fields:
                 values[field] = raw
     return values
 
 
-def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = None,
-                overrides: Mapping[str, Any] | None = None) -> ProcessorConfig:
+def load_config(
+    file: str | Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> ProcessorConfig:
     """Merge file < env < overrides (None values in overrides mean "not given") and validate."""
     merged: dict[str, Any] = {}
     if file:

@@ -12,14 +12,15 @@ Transactions complete in release order, so the committed low watermark only move
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
 
 from processor.core import events as ev
 from processor.core.assemble import change_event_bytes, iter_changes, transaction_event
+from processor.core.contracts import Sink
 from processor.core.engine import PartitionEngine
-from processor.core.contracts import AckCallback, Sink
 from processor.core.txn import Txn
+
 
 class DeliveryFailed(RuntimeError):
     """The broker refused an output after the producer's retries; the process must restart."""
@@ -29,10 +30,10 @@ class DeliveryFailed(RuntimeError):
 class Emission:
     engine: PartitionEngine
     txn: Txn
-    produced: int = 0                        # total_order of the last change sent
+    produced: int = 0  # total_order of the last change sent
     tables: dict = field(default_factory=dict)  # per-table count of changes sent
     inflight: deque = field(default_factory=deque)  # (total_order, seq, table), in send order
-    acked_ahead: set = field(default_factory=set)   # acked total_orders beyond the contiguous prefix
+    acked_ahead: set = field(default_factory=set)  # acked total_orders beyond the contiguous prefix
     all_sent: bool = False
     end_sent: bool = False
     end_acked: bool = False
@@ -54,8 +55,9 @@ class Emitter:
         em = Emission(engine, txn, produced=txn.acked_count, tables=dict(txn.acked_tables))
         self.queue.append(em)
         key = txn.xid.encode()
-        self.sink.send_transaction(key, ev.encode_transaction(transaction_event("BEGIN", txn, self.ordering)),
-                                   self._check)
+        self.sink.send_transaction(
+            key, ev.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), self._check
+        )
         for change in iter_changes(engine.store, txn):
             table = change.table or ""
             em.produced += 1
@@ -63,8 +65,9 @@ class Emitter:
             order = em.produced
             em.inflight.append((order, change.seq, table))
             value = change_event_bytes(change, txn, order, em.tables[table])
-            self.sink.send_change(change.kafka_key, value,
-                                  lambda err, em=em, order=order: self._change_acked(em, order, err))
+            self.sink.send_change(
+                change.kafka_key, value, lambda err, em=em, order=order: self._change_acked(em, order, err)
+            )
             if self.tombstones and change.op == ev.DELETE:
                 self.sink.send_change(change.kafka_key, None, self._check)
             self.changes_emitted += 1
@@ -107,8 +110,9 @@ class Emitter:
             if not em.end_sent:
                 em.end_sent = True
                 end = transaction_event("END", em.txn, self.ordering, em.produced, em.tables)
-                self.sink.send_transaction(em.txn.xid.encode(), ev.encode_transaction(end),
-                                           lambda err, em=em: self._end_acked(em, err))
+                self.sink.send_transaction(
+                    em.txn.xid.encode(), ev.encode_transaction(end), lambda err, em=em: self._end_acked(em, err)
+                )
         finished = 0
         while self.queue and self.queue[0].end_acked:
             em = self.queue.popleft()

@@ -17,8 +17,8 @@ import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from processor.core import events as ev
-from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
 from processor.core.txn import COMMITTED
+from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
 
 log = structlog.get_logger(__name__)
 
@@ -49,8 +49,9 @@ def _read_all(bootstrap: str, topic: str, timeout_s: float = 300.0):
         consumer.close()
 
 
-def completed_from_records(bootstrap: str, transactions_topic: str, outcomes_topic: str,
-                           starts: dict[int, int], keep_below: int = 0) -> dict[int, list[tuple[str, int, str]]]:
+def completed_from_records(
+    bootstrap: str, transactions_topic: str, outcomes_topic: str, starts: dict[int, int], keep_below: int = 0
+) -> dict[int, list[tuple[str, int, str]]]:
     """{raw partition: [(xid, offset, outcome)]} in offset order: every finished transaction at or
     above starts[partition], plus the newest keep_below below it."""
     above: dict[int, dict[str, tuple[int, str]]] = {p: {} for p in starts}
@@ -92,6 +93,10 @@ def completed_from_records(bootstrap: str, transactions_topic: str, outcomes_top
         rows = [(xid, off, outcome) for off, xid, outcome in sorted(below[p])]
         rows += sorted(((xid, off, outcome) for xid, (off, outcome) in above[p].items()), key=lambda r: r[1])
         found[p] = rows
-    log.info("index.rebuilt", records_read=read, seconds=round(time.monotonic() - started, 2),
-             found={p: len(rows) for p, rows in found.items()})
+    log.info(
+        "index.rebuilt",
+        records_read=read,
+        seconds=round(time.monotonic() - started, 2),
+        found={p: len(rows) for p, rows in found.items()},
+    )
     return found

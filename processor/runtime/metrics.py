@@ -56,29 +56,37 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu, open fds (Linux)
-        self.gauges = {key: Gauge(f"{NS}_{name}", doc, ["partition"], registry=r)
-                       for key, (name, doc) in PARTITION_GAUGES.items()}
-        self.oldest_open_age = Gauge(f"{NS}_oldest_open_transaction_age_seconds",
-                                     "age of the oldest open transaction", ["partition"], registry=r)
-        self.phase = Gauge(f"{NS}_partition_phase", "1 for the partition's lifecycle phase",
-                           ["partition", "phase"], registry=r)
-        self.stat_counters = {key: Counter(f"{NS}_{name}", doc, ["partition"], registry=r)
-                              for key, (name, doc) in STAT_COUNTERS.items()}
+        self.gauges = {
+            key: Gauge(f"{NS}_{name}", doc, ["partition"], registry=r) for key, (name, doc) in PARTITION_GAUGES.items()
+        }
+        self.oldest_open_age = Gauge(
+            f"{NS}_oldest_open_transaction_age_seconds", "age of the oldest open transaction", ["partition"], registry=r
+        )
+        self.phase = Gauge(
+            f"{NS}_partition_phase", "1 for the partition's lifecycle phase", ["partition", "phase"], registry=r
+        )
+        self.stat_counters = {
+            key: Counter(f"{NS}_{name}", doc, ["partition"], registry=r) for key, (name, doc) in STAT_COUNTERS.items()
+        }
         self.changes_emitted = Counter(f"{NS}_changes_emitted", "change records emitted", registry=r)
         self.transactions_emitted = Counter(f"{NS}_transactions_emitted", "transactions emitted", registry=r)
         self.held = Gauge(f"{NS}_held_transactions", "global ordering: committed transactions held", registry=r)
-        self.oldest_held_age = Gauge(f"{NS}_oldest_held_age_seconds",
-                                     "global ordering: age of the oldest held transaction", registry=r)
-        self.lost_events = Counter(f"{NS}_lost_state_events", "events deleted from the raw topic unread",
-                                   ["partition"], registry=r)
-        self.lost_last = Gauge(f"{NS}_lost_state_last_events", "events lost in the latest lost-state incident",
-                               ["partition"], registry=r)
-        self.rebuild_ratio = Gauge(f"{NS}_rebuild_progress_ratio", "rebuild progress, 0..1", ["partition"],
-                                   registry=r)
-        self.rebuild_remaining = Gauge(f"{NS}_rebuild_remaining", "rebuild work left (records)", ["partition"],
-                                       registry=r)
-        self.last_update = Gauge(f"{NS}_last_update_timestamp_seconds", "when the figures were last updated",
-                                 registry=r)
+        self.oldest_held_age = Gauge(
+            f"{NS}_oldest_held_age_seconds", "global ordering: age of the oldest held transaction", registry=r
+        )
+        self.lost_events = Counter(
+            f"{NS}_lost_state_events", "events deleted from the raw topic unread", ["partition"], registry=r
+        )
+        self.lost_last = Gauge(
+            f"{NS}_lost_state_last_events", "events lost in the latest lost-state incident", ["partition"], registry=r
+        )
+        self.rebuild_ratio = Gauge(f"{NS}_rebuild_progress_ratio", "rebuild progress, 0..1", ["partition"], registry=r)
+        self.rebuild_remaining = Gauge(
+            f"{NS}_rebuild_remaining", "rebuild work left (records)", ["partition"], registry=r
+        )
+        self.last_update = Gauge(
+            f"{NS}_last_update_timestamp_seconds", "when the figures were last updated", registry=r
+        )
         self._lock = threading.Lock()
         self._seen_stats: dict[str, dict[str, int]] = {}
         self._seen_emitted = {"changes_emitted": 0, "transactions_emitted": 0}
@@ -113,8 +121,10 @@ class Metrics:
             self._partitions = set(parts)
             for p, fig in parts.items():
                 self._partition(p, fig)
-            for key, counter in (("changes_emitted", self.changes_emitted),
-                                 ("transactions_emitted", self.transactions_emitted)):
+            for key, counter in (
+                ("changes_emitted", self.changes_emitted),
+                ("transactions_emitted", self.transactions_emitted),
+            ):
                 if key in snapshot:
                     counter.inc(_delta(self._seen_emitted[key], snapshot[key]))
                     self._seen_emitted[key] = snapshot[key]

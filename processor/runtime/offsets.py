@@ -8,7 +8,7 @@ which finishes a transaction only after its END is acknowledged).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 from confluent_kafka import Consumer, TopicPartition
@@ -46,8 +46,11 @@ class OffsetCommitter:
         if force:
             self.last_resend = now
         if not self.outputs_durable():
-            log.warning("offsets.commit_deferred", unacked_outcomes=self.sink.outcomes_unacked,
-                        unacked_dead_letters=self.sink.dlq_unacked)
+            log.warning(
+                "offsets.commit_deferred",
+                unacked_outcomes=self.sink.outcomes_unacked,
+                unacked_dead_letters=self.sink.dlq_unacked,
+            )
             return
         offsets = []
         for p, lw in watermarks.items():
@@ -65,5 +68,8 @@ class OffsetCommitter:
             if self.sent.get(tp.partition) == tp.offset:
                 del self.sent[tp.partition]
         if failed:
-            log.warning("offsets.commit_failed", error=str(err or failed[0].error),
-                        partitions={tp.partition: tp.offset for tp in failed})
+            log.warning(
+                "offsets.commit_failed",
+                error=str(err or failed[0].error),
+                partitions={tp.partition: tp.offset for tp in failed},
+            )

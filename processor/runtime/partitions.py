@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from processor.core.store import Store
 from processor.core.engine import Filters, PartitionEngine
+from processor.core.store import Store
 
 log = structlog.get_logger(__name__)
 
@@ -57,8 +57,15 @@ class PartitionState:
         self.phase = phase
 
 
-def restore_partition(partition: int, store: Store, filters: Filters, min_completed: int,
-                      committed: int | None, log_start: int, trust_local: bool = True) -> Restored:
+def restore_partition(
+    partition: int,
+    store: Store,
+    filters: Filters,
+    min_completed: int,
+    committed: int | None,
+    log_start: int,
+    trust_local: bool = True,
+) -> Restored:
     """Local state if present and consistent with the committed low watermark, else a rebuild.
 
     `committed` is the group's committed offset (the low watermark) or None. With

@@ -17,14 +17,9 @@ import structlog
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor.core import events as ev
-from processor.store.rocks import RocksStore
-from processor.runtime.config import ProcessorConfig
-from processor.kafka.delivery import for_guarantee
-from processor.runtime.emitter import Emitter
 from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
-from processor.runtime.index_rebuild import completed_from_records
-from processor.runtime.offsets import OffsetCommitter
 from processor.core.ordering import GlobalOrder
+from processor.core.txn import Txn
 from processor.kafka.clients import (
     CONSUMER_DEFAULTS,
     end_offsets,
@@ -32,9 +27,14 @@ from processor.kafka.clients import (
     make_producer,
     partition_count,
 )
-from processor.runtime.partitions import PartitionState, Phase, restore_partition
+from processor.kafka.delivery import for_guarantee
 from processor.kafka.sink import KafkaSink
-from processor.core.txn import Txn
+from processor.runtime.config import ProcessorConfig
+from processor.runtime.emitter import Emitter
+from processor.runtime.index_rebuild import completed_from_records
+from processor.runtime.offsets import OffsetCommitter
+from processor.runtime.partitions import PartitionState, Phase, restore_partition
+from processor.store.rocks import RocksStore
 
 log = structlog.get_logger(__name__)
 
@@ -73,8 +73,10 @@ class Runner:
         self.to_resume: list[int] = []
         n_raw = partition_count(cfg.bootstrap, cfg.raw_topic)
         n_out = cfg.output_partitions or n_raw
-        ensure_topics(cfg.bootstrap, {cfg.changes_topic: n_out, cfg.transactions_topic: n_out, cfg.dlq_topic: n_out,
-                                      cfg.outcomes_topic: n_out})
+        ensure_topics(
+            cfg.bootstrap,
+            {cfg.changes_topic: n_out, cfg.transactions_topic: n_out, cfg.dlq_topic: n_out, cfg.outcomes_topic: n_out},
+        )
         producer_conf = {"acks": "all"}
         if cfg.guarantee == "exactly_once":
             producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
@@ -84,17 +86,19 @@ class Runner:
         self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter)
         self.orderer = GlobalOrder(cfg.max_hold_ms, cfg.stall_warn_ms) if cfg.ordering == "global" else None
         self.offsets = OffsetCommitter(cfg.raw_topic, self.sink, self.producer.poll)
-        self.consumer = Consumer({
-            "bootstrap.servers": cfg.bootstrap,
-            "group.id": cfg.group,
-            "partition.assignment.strategy": "cooperative-sticky",
-            **CONSUMER_DEFAULTS,
-            # Bounded consumer prefetch (librdkafka's default queue is 64 MB per partition set).
-            "fetch.max.bytes": 8 << 20,
-            "queued.max.messages.kbytes": 16384,
-            "queued.min.messages": 20000,
-            "on_commit": self.offsets.on_commit,
-        })
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": cfg.bootstrap,
+                "group.id": cfg.group,
+                "partition.assignment.strategy": "cooperative-sticky",
+                **CONSUMER_DEFAULTS,
+                # Bounded consumer prefetch (librdkafka's default queue is 64 MB per partition set).
+                "fetch.max.bytes": 8 << 20,
+                "queued.max.messages.kbytes": 16384,
+                "queued.min.messages": 20000,
+                "on_commit": self.offsets.on_commit,
+            }
+        )
         self.offsets.consumer = self.consumer
         self.summary = RunSummary()
         self.stop_requested = False
@@ -128,8 +132,9 @@ class Runner:
             self.parts[state.partition] = state
             self.summary.restores[state.partition] = source
             self.to_resume.append(state.partition)
-        consumer.incremental_assign([TopicPartition(self.cfg.raw_topic, p, state.engine.next_offset)
-                                     for p, (state, _) in staged.items()])
+        consumer.incremental_assign(
+            [TopicPartition(self.cfg.raw_topic, p, state.engine.next_offset) for p, (state, _) in staged.items()]
+        )
 
     def _restore_partitions(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict:
         """{partition: (state, source)} with engines restored or rebuilt; nothing is taken on until all are."""
@@ -143,35 +148,67 @@ class Runner:
             low, _ = consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, p), timeout=10)
             c = committed.get(p)
             c = None if c is None or c < 0 or c == OFFSET_INVALID else c
-            restored = restore_partition(p, self.store, self.filters, self.cfg.completed_index_min_entries, c, low,
-                                         trust_local=self.delivery.trusts_local_store)
+            restored = restore_partition(
+                p,
+                self.store,
+                self.filters,
+                self.cfg.completed_index_min_entries,
+                c,
+                low,
+                trust_local=self.delivery.trusts_local_store,
+            )
             engine, start = restored.engine, restored.start_offset
             if start < low:
-                engine, start = self._lost_state(p, start, low, (
-                    f"raw partition {p}: low watermark {start} is below log start {low}; {low - start} events "
-                    f"of open transactions were deleted before they were processed"), lost=low - start)
+                engine, start = self._lost_state(
+                    p,
+                    start,
+                    low,
+                    (
+                        f"raw partition {p}: low watermark {start} is below log start {low}; {low - start} events "
+                        f"of open transactions were deleted before they were processed"
+                    ),
+                    lost=low - start,
+                )
             elif start > self._listed_end(consumer, p):
                 end = end_offsets(self.cfg.bootstrap, self.cfg.raw_topic, group=self.cfg.group + "-probe").get(p, 0)
                 if start > end:
                     # The topic was recreated or truncated under us: our position does not exist.
-                    engine, start = self._lost_state(p, start, low, (
-                        f"raw partition {p}: position {start} is beyond the log end {end}; the raw topic was "
-                        f"recreated or truncated, the state for it no longer matches the log"), lost=start - end)
+                    engine, start = self._lost_state(
+                        p,
+                        start,
+                        low,
+                        (
+                            f"raw partition {p}: position {start} is beyond the log end {end}; the raw topic was "
+                            f"recreated or truncated, the state for it no longer matches the log"
+                        ),
+                        lost=start - end,
+                    )
             if engine is not restored.engine or restored.source != "local":
                 rebuild[p] = (engine, start)
             engine.next_offset = start
             state.engine = engine
             staged[p] = (state, restored.source)
-            log.info("partition.assigned", partition=p, source=restored.source, start_offset=start,
-                     committed=c, open_txns=len(restored.engine.open), pending=len(restored.engine.pending))
+            log.info(
+                "partition.assigned",
+                partition=p,
+                source=restored.source,
+                start_offset=start,
+                committed=c,
+                open_txns=len(restored.engine.open),
+                pending=len(restored.engine.pending),
+            )
         if rebuild:
             self._rebuild_completed_index(rebuild)
         return staged
 
     def _rebuild_completed_index(self, rebuild: dict[int, tuple[PartitionEngine, int]]) -> None:
-        found = completed_from_records(self.cfg.bootstrap, self.cfg.transactions_topic, self.cfg.outcomes_topic,
-                                       {p: start for p, (_, start) in rebuild.items()},
-                                       keep_below=self.cfg.completed_index_min_entries)
+        found = completed_from_records(
+            self.cfg.bootstrap,
+            self.cfg.transactions_topic,
+            self.cfg.outcomes_topic,
+            {p: start for p, (_, start) in rebuild.items()},
+            keep_below=self.cfg.completed_index_min_entries,
+        )
         for p, (engine, _) in rebuild.items():
             for xid, offset, outcome in found[p]:
                 engine.mark_completed(xid, offset, outcome)
@@ -181,17 +218,37 @@ class Runner:
         _, high = consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, partition), timeout=10)
         return high
 
-    def _lost_state(self, partition: int, start: int, log_start: int, reason: str,
-                    lost: int) -> tuple[PartitionEngine, int]:
+    def _lost_state(
+        self, partition: int, start: int, log_start: int, reason: str, lost: int
+    ) -> tuple[PartitionEngine, int]:
         """Never continue silently: report RESYNC_REQUIRED and a dead letter, then fail or skip."""
-        log.error("partition.lost_state", partition=partition, low_watermark=start, log_start=log_start,
-                  lost=lost, policy=self.cfg.lost_state_policy, reason=reason)
-        resync = {"status": "RESYNC_REQUIRED", "id": f"partition-{partition}", "commit_scn": -1, "ts_ms": 0,
-                  "thread": 1, "event_count": lost, "data_collections": None, "input_partition": partition,
-                  "commit_offset": start, "ordering": self.cfg.ordering, "reason": reason}
+        log.error(
+            "partition.lost_state",
+            partition=partition,
+            low_watermark=start,
+            log_start=log_start,
+            lost=lost,
+            policy=self.cfg.lost_state_policy,
+            reason=reason,
+        )
+        resync = {
+            "status": "RESYNC_REQUIRED",
+            "id": f"partition-{partition}",
+            "commit_scn": -1,
+            "ts_ms": 0,
+            "thread": 1,
+            "event_count": lost,
+            "data_collections": None,
+            "input_partition": partition,
+            "commit_offset": start,
+            "ordering": self.cfg.ordering,
+            "reason": reason,
+        }
+
         def report() -> None:
-            self.sink.send_transaction(f"partition-{partition}".encode(), ev.encode_transaction(resync),
-                                       lambda err: None)
+            self.sink.send_transaction(
+                f"partition-{partition}".encode(), ev.encode_transaction(resync), lambda err: None
+            )
             self.sink.dead_letter(self.cfg.raw_topic, partition, start, None, None, reason)
 
         self.delivery.standalone(report)
@@ -231,8 +288,11 @@ class Runner:
         elif offsets:
             # Outcome records or dead letters are not acknowledged yet (e.g. the broker is hung):
             # the next owner re-reads from the older watermark rather than past unrecorded outcomes.
-            log.warning("partition.revoke_commit_skipped", unacked_outcomes=self.sink.outcomes_unacked,
-                        unacked_dead_letters=self.sink.dlq_unacked)
+            log.warning(
+                "partition.revoke_commit_skipped",
+                unacked_outcomes=self.sink.outcomes_unacked,
+                unacked_dead_letters=self.sink.dlq_unacked,
+            )
         consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -255,8 +315,9 @@ class Runner:
             log.info("run.available_now", targets=self._targets)
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.delivery.start()
-        self.consumer.subscribe([cfg.raw_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_lost)
+        self.consumer.subscribe(
+            [cfg.raw_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
         last_log = time.monotonic()
         try:
             while not self.stop_requested:
@@ -307,7 +368,7 @@ class Runner:
                     log.warning("consume.error", error=str(err))
                 continue
             state = self.parts.get(msg.partition())
-            if state is None or state.phase is not Phase.RUNNING and state.phase is not Phase.RESTORING:
+            if state is None or (state.phase is not Phase.RUNNING and state.phase is not Phase.RESTORING):
                 continue
             engine = state.engine
             offset = msg.offset()
@@ -318,10 +379,12 @@ class Runner:
                     committed.append((engine, action.txn))
                 elif isinstance(action, DeadLetter):
                     dead = True
-                    log.warning("event.dead_letter", partition=action.partition, offset=action.offset,
-                                reason=action.reason)
-                    self.sink.dead_letter(self.cfg.raw_topic, action.partition, action.offset,
-                                          action.key, action.value, action.reason)
+                    log.warning(
+                        "event.dead_letter", partition=action.partition, offset=action.offset, reason=action.reason
+                    )
+                    self.sink.dead_letter(
+                        self.cfg.raw_topic, action.partition, action.offset, action.key, action.value, action.reason
+                    )
         self.summary.events += len(msgs)
         self._publish_outcomes()
         if committed:
@@ -383,11 +446,12 @@ class Runner:
         for p, state in self.parts.items():
             engine = state.engine
             for txn in engine.too_old(self.cfg.max_open_age_ms):
-                reason = (f"abandoned: transaction {txn.xid} open for {engine.last_ts_ms - txn.first_ts_ms} ms "
-                          f"(source time) > max_open_age_ms={self.cfg.max_open_age_ms}; {txn.events} buffered "
-                          f"events dropped; a later COMMIT will be reported, not emitted")
-                log.warning("txn.abandoned", partition=p, xid=txn.xid, first_offset=txn.first_offset,
-                            events=txn.events)
+                reason = (
+                    f"abandoned: transaction {txn.xid} open for {engine.last_ts_ms - txn.first_ts_ms} ms "
+                    f"(source time) > max_open_age_ms={self.cfg.max_open_age_ms}; {txn.events} buffered "
+                    f"events dropped; a later COMMIT will be reported, not emitted"
+                )
+                log.warning("txn.abandoned", partition=p, xid=txn.xid, first_offset=txn.first_offset, events=txn.events)
                 self.sink.dead_letter(self.cfg.raw_topic, p, txn.first_offset, txn.xid.encode(), None, reason)
                 engine.abandon(txn.xid, engine.next_offset - 1)
         self.sink.flush_dead_letters()
@@ -426,18 +490,25 @@ class Runner:
         if self.emitter.queue:
             return False
         others = {p: end for p, end in self._targets.items() if p not in self.parts}
-        return not others or self._finished_elsewhere(others) or \
-            time.monotonic() - self._last_rebalance > self._settle_s
+        return (
+            not others or self._finished_elsewhere(others) or time.monotonic() - self._last_rebalance > self._settle_s
+        )
 
     def _sample_peaks(self) -> None:
         engines = [st.engine for st in self.parts.values()]
-        self.summary.peak_buffered_bytes = max(self.summary.peak_buffered_bytes, sum(e.buffered_bytes() for e in engines))
+        self.summary.peak_buffered_bytes = max(
+            self.summary.peak_buffered_bytes, sum(e.buffered_bytes() for e in engines)
+        )
         self.summary.peak_open_txns = max(self.summary.peak_open_txns, sum(len(e.open) for e in engines))
 
     def _log_progress(self, elapsed: float) -> None:
         snap = self.snapshot()
-        log.info("progress", events=self.summary.events, events_per_s=round(self.summary.events / max(elapsed, 1e-9)),
-                 **{k: v for k, v in snap.items() if k != "partitions"})
+        log.info(
+            "progress",
+            events=self.summary.events,
+            events_per_s=round(self.summary.events / max(elapsed, 1e-9)),
+            **{k: v for k, v in snap.items() if k != "partitions"},
+        )
         if self.metrics is not None:
             self.metrics.update(snap)
 
@@ -448,14 +519,21 @@ class Runner:
             e = state.engine
             oldest = e.oldest_open()
             _, high = self.consumer.get_watermark_offsets(TopicPartition(self.cfg.raw_topic, p), cached=True) or (0, -1)
-            parts[p] = {"phase": state.phase.value, "next_offset": e.next_offset, "low_watermark": e.low_watermark(),
-                        "lag": max(0, high - e.next_offset) if high is not None and high >= 0 else None,
-                        "oldest_open_age_ms": (e.last_ts_ms - oldest.first_ts_ms) if oldest and oldest.first_ts_ms else None,
-                        "open_txns": len(e.open), "pending_txns": len(e.pending), "watermark": e.watermark,
-                        "buffered_events": e.buffered_events(), "buffered_bytes": e.buffered_bytes(),
-                        "oldest_open_first_offset": oldest.first_offset if oldest else None,
-                        "oldest_open_events": oldest.events if oldest else 0,
-                        "stats": e.stats.__dict__ if hasattr(e.stats, "__dict__") else _stats_dict(e.stats)}
+            parts[p] = {
+                "phase": state.phase.value,
+                "next_offset": e.next_offset,
+                "low_watermark": e.low_watermark(),
+                "lag": max(0, high - e.next_offset) if high is not None and high >= 0 else None,
+                "oldest_open_age_ms": (e.last_ts_ms - oldest.first_ts_ms) if oldest and oldest.first_ts_ms else None,
+                "open_txns": len(e.open),
+                "pending_txns": len(e.pending),
+                "watermark": e.watermark,
+                "buffered_events": e.buffered_events(),
+                "buffered_bytes": e.buffered_bytes(),
+                "oldest_open_first_offset": oldest.first_offset if oldest else None,
+                "oldest_open_events": oldest.events if oldest else 0,
+                "stats": e.stats.__dict__ if hasattr(e.stats, "__dict__") else _stats_dict(e.stats),
+            }
         now = _now_ms()
         return {
             "ordering": self.cfg.ordering,

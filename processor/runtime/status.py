@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from processor.core import keys
+from processor.core.engine import PartitionEngine
 from processor.core.store import Batch
 from processor.store.rocks import RocksStore
-from processor.core.engine import PartitionEngine
 
 
 class StatusError(RuntimeError):
@@ -123,6 +123,7 @@ def from_url(url: str, timeout_s: float = 5.0) -> Status:
 
 # --------------------------------------------------------------------------- state dir
 
+
 class ReadOnlyBatch(Batch):
     def put(self, key: bytes, value: bytes) -> None:
         raise StatusError("the status store is read-only")
@@ -195,16 +196,25 @@ def _engine_row(engine: PartitionEngine, now_ms: int) -> PartitionStatus:
     if oldest is not None and oldest.first_ts_ms > 0:  # source time; 0 means the source gave none
         age = max(0.0, (now_ms - oldest.first_ts_ms) / 1000)
     return PartitionStatus(
-        engine.partition, phase="stored", open_txns=len(engine.open), pending_txns=len(engine.pending),
-        oldest_open_age_s=age, oldest_open_events=oldest.events if oldest else 0,
+        engine.partition,
+        phase="stored",
+        open_txns=len(engine.open),
+        pending_txns=len(engine.pending),
+        oldest_open_age_s=age,
+        oldest_open_events=oldest.events if oldest else 0,
         oldest_open_first_offset=oldest.first_offset if oldest else None,
-        buffered_events=engine.buffered_events(), buffered_bytes=engine.buffered_bytes(),
-        low_watermark=engine.low_watermark(), next_offset=engine.next_offset, watermark=engine.watermark)
+        buffered_events=engine.buffered_events(),
+        buffered_bytes=engine.buffered_bytes(),
+        low_watermark=engine.low_watermark(),
+        next_offset=engine.next_offset,
+        watermark=engine.watermark,
+    )
 
 
 def _sums(rows: list[PartitionStatus]) -> dict:
-    totals = {k: sum(getattr(r, k) for r in rows)
-              for k in ("open_txns", "pending_txns", "buffered_events", "buffered_bytes")}
+    totals = {
+        k: sum(getattr(r, k) for r in rows) for k in ("open_txns", "pending_txns", "buffered_events", "buffered_bytes")
+    }
     lags = [r.lag for r in rows if r.lag is not None]
     if lags:
         totals["lag"] = sum(lags)
@@ -215,18 +225,26 @@ def _sums(rows: list[PartitionStatus]) -> dict:
 # --------------------------------------------------------------------------- rendering
 
 _COLUMNS = [  # header, field, formatter
-    ("PART", "partition", str), ("PHASE", "phase", str), ("LAG", "lag", str), ("OPEN", "open_txns", str),
-    ("PENDING", "pending_txns", str), ("OLDEST AGE", "oldest_open_age_s", lambda v: _age(v)),
-    ("OLDEST EVENTS", "oldest_open_events", str), ("BUF EVENTS", "buffered_events", str),
-    ("BUF BYTES", "buffered_bytes", lambda v: _bytes(v)), ("LOW WM", "low_watermark", str),
-    ("NEXT OFFSET", "next_offset", str), ("WATERMARK", "watermark", str),
+    ("PART", "partition", str),
+    ("PHASE", "phase", str),
+    ("LAG", "lag", str),
+    ("OPEN", "open_txns", str),
+    ("PENDING", "pending_txns", str),
+    ("OLDEST AGE", "oldest_open_age_s", lambda v: _age(v)),
+    ("OLDEST EVENTS", "oldest_open_events", str),
+    ("BUF EVENTS", "buffered_events", str),
+    ("BUF BYTES", "buffered_bytes", lambda v: _bytes(v)),
+    ("LOW WM", "low_watermark", str),
+    ("NEXT OFFSET", "next_offset", str),
+    ("WATERMARK", "watermark", str),
 ]
 
 
 def render(status: Status) -> str:
     header = [c[0] for c in _COLUMNS]
-    body = [[("-" if getattr(r, f) is None else fmt(getattr(r, f))) for _, f, fmt in _COLUMNS]
-            for r in status.partitions]
+    body = [
+        [("-" if getattr(r, f) is None else fmt(getattr(r, f))) for _, f, fmt in _COLUMNS] for r in status.partitions
+    ]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -28,11 +28,21 @@ from processor.sources.replay import BadRow, as_int, key_of
 log = structlog.get_logger(__name__)
 
 _ALIASES = {
-    "JOSEQN": ("SEQUENCE", "SEQ"), "JOCODE": ("CODE", "JOURNAL_CODE"), "JOENTT": ("ENTRY_TYPE", "TYPE"),
-    "JOCCID": ("COMMIT_CYCLE", "COMMIT_CYCLE_ID", "CCID"), "JOOBJ": ("OBJECT", "FILE"), "JOLIB": ("LIBRARY",),
-    "JOMBR": ("MEMBER",), "JOCTRR": ("RRN", "COUNT_RRN"), "JOTSTP": ("TIMESTAMP",), "JOUSER": ("USER",),
-    "JOJOB": ("JOB",), "JOPGM": ("PROGRAM",), "JOESD": ("DATA", "ENTRY_DATA", "ENTRY_SPECIFIC_DATA"),
-    "JORCV": ("RECEIVER",), "JOSYNM": ("SYSTEM",),
+    "JOSEQN": ("SEQUENCE", "SEQ"),
+    "JOCODE": ("CODE", "JOURNAL_CODE"),
+    "JOENTT": ("ENTRY_TYPE", "TYPE"),
+    "JOCCID": ("COMMIT_CYCLE", "COMMIT_CYCLE_ID", "CCID"),
+    "JOOBJ": ("OBJECT", "FILE"),
+    "JOLIB": ("LIBRARY",),
+    "JOMBR": ("MEMBER",),
+    "JOCTRR": ("RRN", "COUNT_RRN"),
+    "JOTSTP": ("TIMESTAMP",),
+    "JOUSER": ("USER",),
+    "JOJOB": ("JOB",),
+    "JOPGM": ("PROGRAM",),
+    "JOESD": ("DATA", "ENTRY_DATA", "ENTRY_SPECIFIC_DATA"),
+    "JORCV": ("RECEIVER",),
+    "JOSYNM": ("SYSTEM",),
 }
 _BY_ALIAS = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
 
@@ -63,7 +73,7 @@ def _ts_ms(value: Any) -> int:
         except ValueError:
             continue
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
         return int(dt.timestamp() * 1000)
     return 0
 
@@ -144,15 +154,25 @@ class IbmiMapper:
             self._pending = _Pending(entry, row, image)
             return []
         if entry in _INSERT_TYPES:
-            return self._change(row, seqn, ev.INSERT, table=table, key=self._key(table, image, row), after=image,
-                                row_id=_rrn(row))
+            return self._change(
+                row, seqn, ev.INSERT, table=table, key=self._key(table, image, row), after=image, row_id=_rrn(row)
+            )
         if entry == "UP":
             before = self._take_pending("UB")
-            return self._change(row, seqn, ev.UPDATE, table=table, key=self._key(table, image, row),
-                                before=before, after=image, row_id=_rrn(row))
+            return self._change(
+                row,
+                seqn,
+                ev.UPDATE,
+                table=table,
+                key=self._key(table, image, row),
+                before=before,
+                after=image,
+                row_id=_rrn(row),
+            )
         if entry == "DL":
-            return self._change(row, seqn, ev.DELETE, table=table, key=self._key(table, image, row),
-                                before=image, row_id=_rrn(row))
+            return self._change(
+                row, seqn, ev.DELETE, table=table, key=self._key(table, image, row), before=image, row_id=_rrn(row)
+            )
         if entry == "DR":
             # The system deleting a record it added earlier in this cycle: undo that add.
             return self._undo(row, seqn, ev.DELETE, before=image, after=None)
@@ -170,8 +190,11 @@ class IbmiMapper:
         image = after or before
         key = self._key(table, image, row) if image else {"RRN": int(rrn)}
         self.stats["undo"] += 1
-        return [self._event(row, _xid(ccid), op, seqn, table=table, key=key, before=before, after=after,
-                            undo=True, row_id=rrn)]
+        return [
+            self._event(
+                row, _xid(ccid), op, seqn, table=table, key=key, before=before, after=after, undo=True, row_id=rrn
+            )
+        ]
 
     def _change(self, row: dict, seqn: int, op: str, **fields: Any) -> list[dict]:
         ccid = as_int(row, "JOCCID", required=False) or 0
@@ -181,8 +204,11 @@ class IbmiMapper:
         xid = f"J{seqn}"
         self.stats["autocommit"] += 1
         self._watermark = max(self._watermark, seqn)
-        return [self._event(row, xid, ev.BEGIN, seqn), self._event(row, xid, op, seqn, **fields),
-                self._event(row, xid, ev.COMMIT, seqn)]
+        return [
+            self._event(row, xid, ev.BEGIN, seqn),
+            self._event(row, xid, op, seqn, **fields),
+            self._event(row, xid, ev.COMMIT, seqn),
+        ]
 
     def _take_pending(self, entry_type: str) -> dict | None:
         pending, self._pending = self._pending, None
@@ -196,8 +222,16 @@ class IbmiMapper:
         self.stats["unpaired_before_image"] += 1
         if pending.entry_type == "BR":
             return self._undo(pending.row, seqn, ev.UPDATE, before=pending.image, after=None)
-        return self._change(pending.row, seqn, ev.UPDATE, table=table, key=self._key(table, pending.image, pending.row),
-                            before=pending.image, after=pending.image, row_id=_rrn(pending.row))
+        return self._change(
+            pending.row,
+            seqn,
+            ev.UPDATE,
+            table=table,
+            key=self._key(table, pending.image, pending.row),
+            before=pending.image,
+            after=pending.image,
+            row_id=_rrn(pending.row),
+        )
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -214,14 +248,27 @@ class IbmiMapper:
     def _event(self, row: dict, xid: str, op: str, seqn: int, **fields: Any) -> dict:
         seq = self._seqs.get(xid, 0)
         self._seqs[xid] = seq + 1
-        attrs = {"journal_code": str(row.get("JOCODE")), "entry_type": str(row.get("JOENTT")),
-                 "sequence": str(seqn)}
-        for col, name in (("JOJOB", "job"), ("JOPGM", "program"), ("JOMBR", "member"), ("JORCV", "receiver"),
-                          ("JOCCID", "commit_cycle")):
+        attrs = {"journal_code": str(row.get("JOCODE")), "entry_type": str(row.get("JOENTT")), "sequence": str(seqn)}
+        for col, name in (
+            ("JOJOB", "job"),
+            ("JOPGM", "program"),
+            ("JOMBR", "member"),
+            ("JORCV", "receiver"),
+            ("JOCCID", "commit_cycle"),
+        ):
             if row.get(col) not in (None, ""):
                 attrs[name] = str(row[col])
-        return ev.raw_event(xid, op, seq, seqn, ts_ms=_ts_ms(row.get("JOTSTP")), user=row.get("JOUSER"),
-                            client=row.get("JOJOB"), attrs=attrs, **fields)
+        return ev.raw_event(
+            xid,
+            op,
+            seq,
+            seqn,
+            ts_ms=_ts_ms(row.get("JOTSTP")),
+            user=row.get("JOUSER"),
+            client=row.get("JOJOB"),
+            attrs=attrs,
+            **fields,
+        )
 
 
 def _completes(pending_type: str, code: str, entry: str) -> bool:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -30,13 +31,41 @@ XML_BEGIN, XML_WRITE, XML_END = 68, 70, 71
 EXT_BEGIN, EXT_WRITE, EXT_END = 91, 92, 93  # 32K extended strings
 UNSUPPORTED = 255
 
-KNOWN_CODES = frozenset({INSERT, DELETE, UPDATE, DDL, START, COMMIT, SEL_LOB_LOCATOR, LOB_WRITE, LOB_TRIM,
-                         REPLICATION_MARKER, LOB_ERASE, MISSING_SCN, ROLLBACK, XML_BEGIN, XML_WRITE, XML_END,
-                         EXT_BEGIN, EXT_WRITE, EXT_END, UNSUPPORTED})
+KNOWN_CODES = frozenset(
+    {
+        INSERT,
+        DELETE,
+        UPDATE,
+        DDL,
+        START,
+        COMMIT,
+        SEL_LOB_LOCATOR,
+        LOB_WRITE,
+        LOB_TRIM,
+        REPLICATION_MARKER,
+        LOB_ERASE,
+        MISSING_SCN,
+        ROLLBACK,
+        XML_BEGIN,
+        XML_WRITE,
+        XML_END,
+        EXT_BEGIN,
+        EXT_WRITE,
+        EXT_END,
+        UNSUPPORTED,
+    }
+)
 
 _DML_OP = {INSERT: ev.INSERT, DELETE: ev.DELETE, UPDATE: ev.UPDATE}
-_ATTR_COLUMNS = {"RS_ID": "rs_id", "SSN": "ssn", "SQL_REDO": "redo_sql", "SEQUENCE#": "sequence",
-                 "INFO": "info", "OPERATION_CODE": "operation_code", "COMMIT_SCN": "commit_scn"}
+_ATTR_COLUMNS = {
+    "RS_ID": "rs_id",
+    "SSN": "ssn",
+    "SQL_REDO": "redo_sql",
+    "SEQUENCE#": "sequence",
+    "INFO": "info",
+    "OPERATION_CODE": "operation_code",
+    "COMMIT_SCN": "commit_scn",
+}
 
 
 def normalize(row: dict[str, Any]) -> dict[str, Any]:
@@ -77,8 +106,11 @@ def join_continuations(rows: Iterable[SourceRow]) -> Iterator[SourceRow]:
 
 
 def _bad_group(pending: list[SourceRow], reason: str) -> SourceRow:
-    return SourceRow(pending[0].line, {"__error__": reason, "XID": pending[0].row.get("XID")},
-                     b"\n".join(p.original for p in pending))
+    return SourceRow(
+        pending[0].line,
+        {"__error__": reason, "XID": pending[0].row.get("XID")},
+        b"\n".join(p.original for p in pending),
+    )
 
 
 @dataclass
@@ -107,7 +139,7 @@ def _ts_ms(value: Any) -> int:
         except ValueError:
             continue
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
         return int(dt.timestamp() * 1000)
     return 0
 
@@ -133,13 +165,18 @@ class OracleMapper:
         xid = row.get("XID")
         if code == MISSING_SCN:
             self.stats["missing_scn"] += 1
-            log.warning("oracle.missing_scn", xid=xid, scn=scn, info=row.get("INFO"),
-                        sequence=row.get("SEQUENCE#"))
+            log.warning("oracle.missing_scn", xid=xid, scn=scn, info=row.get("INFO"), sequence=row.get("SEQUENCE#"))
             return []
         if code == UNSUPPORTED:
             self.stats["unsupported"] += 1
-            log.warning("oracle.unsupported_operation", table=_table(row), xid=xid, scn=scn,
-                        thread=row.get("THREAD#"), info=row.get("INFO"))
+            log.warning(
+                "oracle.unsupported_operation",
+                table=_table(row),
+                xid=xid,
+                scn=scn,
+                thread=row.get("THREAD#"),
+                info=row.get("INFO"),
+            )
             return []
         if not xid:
             raise BadRow(f"missing XID for OPERATION_CODE {code}")
@@ -170,8 +207,17 @@ class OracleMapper:
             attrs["csf_pieces"] = str(row["__pieces__"])
         attrs.update(fields.pop("attrs", {}))
         return ev.raw_event(
-            xid, op, txn.next_seq(), scn, thread=_thread(row), ts_ms=_ts_ms(row.get("TIMESTAMP")),
-            user=row.get("USERNAME"), client=row.get("CLIENT_ID"), attrs=attrs, **fields)
+            xid,
+            op,
+            txn.next_seq(),
+            scn,
+            thread=_thread(row),
+            ts_ms=_ts_ms(row.get("TIMESTAMP")),
+            user=row.get("USERNAME"),
+            client=row.get("CLIENT_ID"),
+            attrs=attrs,
+            **fields,
+        )
 
     def _key(self, table: str, image: dict | None, row_id: str | None) -> dict:
         return key_of(table, image, self.key_columns, "ROWID", row_id)
@@ -245,20 +291,36 @@ class OracleMapper:
                 raise BadRow("ROLLBACK=1 row without ROW_ID")
             key = key_of(table, image, self.key_columns, "ROWID", row_id) if image else {"ROWID": row_id}
             self.stats["undo"] += 1
-            return [self._event(row, xid, dml.op, scn, table=table, key=key, before=dml.before, after=dml.after,
-                                undo=True, row_id=row_id)]
+            return [
+                self._event(
+                    row,
+                    xid,
+                    dml.op,
+                    scn,
+                    table=table,
+                    key=key,
+                    before=dml.before,
+                    after=dml.after,
+                    undo=True,
+                    row_id=row_id,
+                )
+            ]
         key = self._key(table, image, row_id)
         if dml.op in (ev.INSERT, ev.UPDATE):
             self._txn(xid).touched.add(_identity(table, key, row_id))
-        return [self._event(row, xid, dml.op, scn, table=table, key=key, before=dml.before, after=dml.after,
-                            row_id=row_id)]
+        return [
+            self._event(row, xid, dml.op, scn, table=table, key=key, before=dml.before, after=dml.after, row_id=row_id)
+        ]
 
     def _locator(self, row: dict, xid: str, scn: int) -> list[dict]:
         code = as_int(row, "OPERATION_CODE")
         sql = row.get("SQL_REDO") or ""
         try:
-            loc = {SEL_LOB_LOCATOR: sql_redo.parse_lob_locator, XML_BEGIN: sql_redo.parse_xml_begin,
-                   EXT_BEGIN: sql_redo.parse_32k_begin}[code](sql)
+            loc = {
+                SEL_LOB_LOCATOR: sql_redo.parse_lob_locator,
+                XML_BEGIN: sql_redo.parse_xml_begin,
+                EXT_BEGIN: sql_redo.parse_32k_begin,
+            }[code](sql)
         except sql_redo.SqlRedoError as exc:
             raise BadRow(f"unparsable SQL_REDO: {exc}") from None
         table = _table(row) or loc.table
@@ -271,8 +333,19 @@ class OracleMapper:
             # The LOB changed without a DML row for it (UPDATE of the LOB column only): as Debezium
             # does, synthesise an UPDATE of the row the locator selects, so the fragments have a target.
             after = {**loc.where, loc.column: None}
-            out.append(self._event(row, xid, ev.UPDATE, scn, table=table, key=key, after=after, row_id=row_id,
-                                   attrs={"synthetic": "lob_locator"}))
+            out.append(
+                self._event(
+                    row,
+                    xid,
+                    ev.UPDATE,
+                    scn,
+                    table=table,
+                    key=key,
+                    after=after,
+                    row_id=row_id,
+                    attrs={"synthetic": "lob_locator"},
+                )
+            )
             txn.touched.add(_identity(table, key, row_id))
         if code in (XML_BEGIN, EXT_BEGIN):
             # XML documents and 32K strings are rewritten whole, as a run of appends: start empty.
@@ -282,14 +355,28 @@ class OracleMapper:
     def _fragment(self, row: dict, xid: str, scn: int, op: str, **fields: Any) -> dict:
         txn = self._txn(xid)
         loc = txn.locator
-        return self._event(row, xid, op, scn, table=_table(row) or loc.table, key=txn.locator_key,
-                           row_id=row.get("ROW_ID") or txn.locator_row_id, lob_column=loc.column, **fields)
+        return self._event(
+            row,
+            xid,
+            op,
+            scn,
+            table=_table(row) or loc.table,
+            key=txn.locator_key,
+            row_id=row.get("ROW_ID") or txn.locator_row_id,
+            lob_column=loc.column,
+            **fields,
+        )
 
     def _lob_op(self, row: dict, xid: str, scn: int) -> list[dict]:
         code = as_int(row, "OPERATION_CODE")
         txn = self._txns.get(xid)
-        expected = {LOB_WRITE: (SEL_LOB_LOCATOR,), LOB_TRIM: (SEL_LOB_LOCATOR,), LOB_ERASE: (SEL_LOB_LOCATOR,),
-                    XML_WRITE: (XML_BEGIN,), EXT_WRITE: (EXT_BEGIN,)}[code]
+        expected = {
+            LOB_WRITE: (SEL_LOB_LOCATOR,),
+            LOB_TRIM: (SEL_LOB_LOCATOR,),
+            LOB_ERASE: (SEL_LOB_LOCATOR,),
+            XML_WRITE: (XML_BEGIN,),
+            EXT_WRITE: (EXT_BEGIN,),
+        }[code]
         if txn is None or txn.locator is None or txn.locator_kind not in expected:
             raise BadRow(f"OPERATION_CODE {code} without a preceding locator row ({expected[0]}) in {xid}")
         sql = row.get("SQL_REDO") or ""
@@ -319,13 +406,24 @@ class OracleMapper:
 
 
 _HANDLERS = {
-    START: OracleMapper._start, COMMIT: OracleMapper._commit, ROLLBACK: OracleMapper._rollback,
-    REPLICATION_MARKER: OracleMapper._replication_marker, DDL: OracleMapper._ddl,
-    INSERT: OracleMapper._dml, UPDATE: OracleMapper._dml, DELETE: OracleMapper._dml,
-    SEL_LOB_LOCATOR: OracleMapper._locator, XML_BEGIN: OracleMapper._locator, EXT_BEGIN: OracleMapper._locator,
-    LOB_WRITE: OracleMapper._lob_op, LOB_TRIM: OracleMapper._lob_op, LOB_ERASE: OracleMapper._lob_op,
-    XML_WRITE: OracleMapper._lob_op, EXT_WRITE: OracleMapper._lob_op,
-    XML_END: OracleMapper._end_locator, EXT_END: OracleMapper._end_locator,
+    START: OracleMapper._start,
+    COMMIT: OracleMapper._commit,
+    ROLLBACK: OracleMapper._rollback,
+    REPLICATION_MARKER: OracleMapper._replication_marker,
+    DDL: OracleMapper._ddl,
+    INSERT: OracleMapper._dml,
+    UPDATE: OracleMapper._dml,
+    DELETE: OracleMapper._dml,
+    SEL_LOB_LOCATOR: OracleMapper._locator,
+    XML_BEGIN: OracleMapper._locator,
+    EXT_BEGIN: OracleMapper._locator,
+    LOB_WRITE: OracleMapper._lob_op,
+    LOB_TRIM: OracleMapper._lob_op,
+    LOB_ERASE: OracleMapper._lob_op,
+    XML_WRITE: OracleMapper._lob_op,
+    EXT_WRITE: OracleMapper._lob_op,
+    XML_END: OracleMapper._end_locator,
+    EXT_END: OracleMapper._end_locator,
 }
 
 

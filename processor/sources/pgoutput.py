@@ -40,8 +40,12 @@ class Relation:
         return f"{self.namespace}.{self.name}"
 
     def shape(self) -> tuple:
-        return (self.namespace, self.name, self.replica_identity,
-                tuple((c.name, c.type_oid, c.typmod, c.key) for c in self.columns))
+        return (
+            self.namespace,
+            self.name,
+            self.replica_identity,
+            tuple((c.name, c.type_oid, c.typmod, c.key) for c in self.columns),
+        )
 
 
 # A tuple column: ("n", None) null, ("u", None) unchanged TOAST value, ("t", bytes) text, ("b", bytes) binary.
@@ -190,13 +194,13 @@ class _Reader:
         if n < 0 or self.pos + n > len(self.data):
             raise PgOutputError(f"message truncated: {n} bytes at {self.pos}")
         self.pos += n
-        return self.data[self.pos - n:self.pos]
+        return self.data[self.pos - n : self.pos]
 
     def string(self) -> str:
         end = self.data.find(b"\x00", self.pos)
         if end < 0:
             raise PgOutputError("unterminated string")
-        text = self.data[self.pos:end].decode("utf-8")
+        text = self.data[self.pos : end].decode("utf-8")
         self.pos = end + 1
         return text
 

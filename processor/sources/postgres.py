@@ -18,8 +18,9 @@ import select
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 
@@ -177,10 +178,16 @@ class PgMapper:
         if old is None or old.shape() == rel.shape():
             return []
         # DDL is not decoded; a changed Relation is how it shows. Describe the new shape.
-        ddl = json.dumps({"relation": rel.table, "replica_identity": rel.replica_identity,
-                          "columns": [{"name": c.name, "type_oid": c.type_oid, "typmod": c.typmod, "key": c.key}
-                                      for c in rel.columns],
-                          "previous": {"relation": old.table, "columns": [c.name for c in old.columns]}})
+        ddl = json.dumps(
+            {
+                "relation": rel.table,
+                "replica_identity": rel.replica_identity,
+                "columns": [
+                    {"name": c.name, "type_oid": c.type_oid, "typmod": c.typmod, "key": c.key} for c in rel.columns
+                ],
+                "previous": {"relation": old.table, "columns": [c.name for c in old.columns]},
+            }
+        )
         self.stats["ddl"] += 1
         return [self._event(self._xid(), ev.DDL, lsn, table=rel.table, ddl=ddl, subxid=self._subxid(rel.xid))]
 
@@ -202,8 +209,17 @@ class PgMapper:
         xid = self._xid()
         subxid = self._subxid(msg.xid)
         if isinstance(msg, pg.Truncate):
-            return [self._event(xid, ev.TRUNCATE, lsn, table=self._rel(r).table, subxid=subxid,
-                                attrs={"truncate_options": str(msg.options)}) for r in msg.relids]
+            return [
+                self._event(
+                    xid,
+                    ev.TRUNCATE,
+                    lsn,
+                    table=self._rel(r).table,
+                    subxid=subxid,
+                    attrs={"truncate_options": str(msg.options)},
+                )
+                for r in msg.relids
+            ]
         rel = self._rel(msg.relid)
         keys = self.keys[rel.relid]
         attrs: dict[str, str] = {}
@@ -235,11 +251,13 @@ class PgMapper:
         key = {k: source.get(k) for k in keys} if keys else {}
         if op == ev.UPDATE and before is not None and keys:
             key = {k: (after or {}).get(k, before.get(k)) for k in keys}
-        return [self._event(xid, op, lsn, table=rel.table, key=key, before=before, after=after, subxid=subxid,
-                            attrs=attrs)]
+        return [
+            self._event(xid, op, lsn, table=rel.table, key=key, before=before, after=after, subxid=subxid, attrs=attrs)
+        ]
 
 
 # ---- the capture process ---------------------------------------------------------------------
+
 
 def check_setup(dsn: str, slot: str, publication: str, create: bool, tables: list[str] | None = None) -> None:
     """Verify (and with create=True, make) what capture needs; CaptureError says what is missing."""
@@ -260,27 +278,35 @@ def check_setup(dsn: str, slot: str, publication: str, create: bool, tables: lis
             cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
             if cur.fetchone() is None:
                 if not create:
-                    raise CaptureError(f"publication {publication!r} does not exist: CREATE PUBLICATION {publication} "
-                                       "FOR ALL TABLES (or pass --create)")
+                    raise CaptureError(
+                        f"publication {publication!r} does not exist: CREATE PUBLICATION {publication} "
+                        "FOR ALL TABLES (or pass --create)"
+                    )
                 target = ("FOR TABLE " + ", ".join(tables)) if tables else "FOR ALL TABLES"
                 try:
                     cur.execute(f'CREATE PUBLICATION "{publication}" {target}')
                 except psycopg2.errors.InsufficientPrivilege as exc:
-                    raise CaptureError(f"role {user!r} may not create publication {publication!r} {target}: "
-                                       f"{exc.pgerror.strip()}") from None
+                    raise CaptureError(
+                        f"role {user!r} may not create publication {publication!r} {target}: {exc.pgerror.strip()}"
+                    ) from None
                 log.info("postgres.publication_created", publication=publication, target=target)
-            cur.execute("SELECT plugin, database = current_database() FROM pg_replication_slots WHERE slot_name = %s",
-                        (slot,))
+            cur.execute(
+                "SELECT plugin, database = current_database() FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            )
             found = cur.fetchone()
             if found is None:
                 if not create:
-                    raise CaptureError(f"replication slot {slot!r} does not exist: SELECT pg_create_logical_"
-                                       f"replication_slot('{slot}', 'pgoutput') (or pass --create)")
+                    raise CaptureError(
+                        f"replication slot {slot!r} does not exist: SELECT pg_create_logical_"
+                        f"replication_slot('{slot}', 'pgoutput') (or pass --create)"
+                    )
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
                 log.info("postgres.slot_created", slot=slot)
             elif found[0] != "pgoutput" or not found[1]:
-                raise CaptureError(f"replication slot {slot!r} uses plugin {found[0]!r} or another database; "
-                                   "it must be a pgoutput slot of this database")
+                raise CaptureError(
+                    f"replication slot {slot!r} uses plugin {found[0]!r} or another database; "
+                    "it must be a pgoutput slot of this database"
+                )
     finally:
         conn.close()
 
@@ -288,9 +314,17 @@ def check_setup(dsn: str, slot: str, publication: str, create: bool, tables: lis
 class PostgresCapture:
     """Streams a slot onto the raw topic until stop() (or a fatal error). Reconnects on connection loss."""
 
-    def __init__(self, dsn: str, writer: Any, slot: str = "txbuffer", publication: str = "txbuffer",
-                 ack_interval_s: float = 0.5, heartbeat_interval_s: float = 2.0, reconnect_delay_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        dsn: str,
+        writer: Any,
+        slot: str = "txbuffer",
+        publication: str = "txbuffer",
+        ack_interval_s: float = 0.5,
+        heartbeat_interval_s: float = 2.0,
+        reconnect_delay_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.dsn, self.writer, self.slot, self.publication = dsn, writer, slot, publication
         self.ack_interval_s, self.heartbeat_interval_s = ack_interval_s, heartbeat_interval_s
         self.reconnect_delay_s = reconnect_delay_s
@@ -298,7 +332,7 @@ class PostgresCapture:
         self.clock = clock
         self._catalog = None
         self._stop = threading.Event()
-        self.pending: Ack | None = None      # newest end LSN whose events are written, not yet flushed
+        self.pending: Ack | None = None  # newest end LSN whose events are written, not yet flushed
         self.acked_lsn = 0
         self.acked_commit_lsn = 0
         self.events = 0
@@ -314,9 +348,12 @@ class PostgresCapture:
             self._catalog = psycopg2.connect(self.dsn)
             self._catalog.autocommit = True
         with self._catalog.cursor() as cur:
-            cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
-                        "ORDER BY array_position(i.indkey::int2[], a.attnum)", (relid,))
+            cur.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
+                "ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                (relid,),
+            )
             return [r[0] for r in cur.fetchall()] or None
 
     def run(self) -> None:
@@ -347,8 +384,11 @@ class PostgresCapture:
 
     def _session(self, conn: Any) -> None:
         cur = conn.cursor()
-        cur.start_replication(slot_name=self.slot, decode=False, options={
-            "proto_version": "2", "publication_names": self.publication, "streaming": "on"})
+        cur.start_replication(
+            slot_name=self.slot,
+            decode=False,
+            options={"proto_version": "2", "publication_names": self.publication, "streaming": "on"},
+        )
         log.info("postgres.streaming", slot=self.slot, publication=self.publication)
         while not self._stop.is_set():
             msg = cur.read_message()

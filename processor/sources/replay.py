@@ -11,9 +11,10 @@ import csv
 import io
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -130,8 +131,12 @@ class Replay:
         xid = src.row.get("XID") if src is not None else None
         while True:
             try:
-                self.dlq.produce(self.dlq_topic, value=src.original if src else b"", key=(str(xid).encode() if xid else None),
-                                 headers=headers)
+                self.dlq.produce(
+                    self.dlq_topic,
+                    value=src.original if src else b"",
+                    key=(str(xid).encode() if xid else None),
+                    headers=headers,
+                )
                 break
             except BufferError:
                 self.dlq.poll(0.05)
@@ -184,8 +189,9 @@ def as_int(row: dict[str, Any], name: str, required: bool = True) -> int | None:
         raise BadRow(f"{name} is not an integer: {value!r}") from None
 
 
-def key_of(table: str, image: dict[str, Any] | None, key_columns: dict[str, list[str]],
-           fallback_name: str, fallback: Any) -> dict[str, Any]:
+def key_of(
+    table: str, image: dict[str, Any] | None, key_columns: dict[str, list[str]], fallback_name: str, fallback: Any
+) -> dict[str, Any]:
     """The primary-key map of a row image.
 
     Configured key columns win; else a column named ID; else the physical row address (Oracle ROWID,

@@ -60,8 +60,18 @@ class LobOp:
 
 # Oracle datetime format elements -> strptime; FF (any precision) is handled separately.
 _ORA_FORMAT = [
-    ("YYYY", "%Y"), ("MONTH", "%B"), ("MON", "%b"), ("MM", "%m"), ("DD", "%d"),
-    ("HH24", "%H"), ("HH12", "%I"), ("HH", "%I"), ("MI", "%M"), ("SS", "%S"), ("AM", "%p"), ("PM", "%p"),
+    ("YYYY", "%Y"),
+    ("MONTH", "%B"),
+    ("MON", "%b"),
+    ("MM", "%m"),
+    ("DD", "%d"),
+    ("HH24", "%H"),
+    ("HH12", "%I"),
+    ("HH", "%I"),
+    ("MI", "%M"),
+    ("SS", "%S"),
+    ("AM", "%p"),
+    ("PM", "%p"),
     ("YY", "%y"),
 ]
 
@@ -156,12 +166,24 @@ def _original_format(node: exp.Expression) -> str | None:
     if not isinstance(fmt, exp.Literal):
         return None
     # Map sqlglot's strftime mask back to Oracle's; FF survives untouched.
-    back = {"%Y": "YYYY", "%m": "MM", "%d": "DD", "%H": "HH24", "%I": "HH", "%M": "MI", "%S": "SS",
-            "%y": "YY", "%b": "MON", "%B": "MONTH", "%p": "AM"}
+    back = {
+        "%Y": "YYYY",
+        "%m": "MM",
+        "%d": "DD",
+        "%H": "HH24",
+        "%I": "HH",
+        "%M": "MI",
+        "%S": "SS",
+        "%y": "YY",
+        "%b": "MON",
+        "%B": "MONTH",
+        "%p": "AM",
+    }
     return re.sub(r"%[A-Za-z]", lambda m: back.get(m.group(0), m.group(0)), fmt.this)
 
 
 # ---- DML -----------------------------------------------------------------------------------
+
 
 def _ident(node: exp.Expression) -> str:
     ident = node if isinstance(node, exp.Identifier) else node.this
@@ -259,7 +281,8 @@ def parse_dml(sql: str) -> Dml:
 # ---- LOB, XML and 32K snippets -------------------------------------------------------------
 
 _SELECT_LOCATOR = re.compile(
-    r"select\s+(?P<col>.+?)\s+into\s+(?P<var>\w+)\s+from\s+(?P<rest>.+?)\s+for\s+update", re.I | re.S)
+    r"select\s+(?P<col>.+?)\s+into\s+(?P<var>\w+)\s+from\s+(?P<rest>.+?)\s+for\s+update", re.I | re.S
+)
 _XML_BEGIN = re.compile(r"XML\s+DOC\s+BEGIN:\s*(?P<select>select\s+.+)$", re.I | re.S)
 _STMT = re.compile(r"Stmt\s*:=\s*'(?P<stmt>.*)'\s*;", re.I | re.S)
 _LOB_WRITE = re.compile(r"dbms_lob\.write\(\s*\w+\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*\w+\s*\)", re.I)

@@ -12,36 +12,45 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.types import (
-    IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
-CHANGE_COLUMNS = StructType([
-    StructField("event_id", StringType(), False),
-    StructField("table", StringType(), True),
-    StructField("op", StringType(), False),
-    StructField("key", StringType(), True),
-    StructField("before", StringType(), True),
-    StructField("after", StringType(), True),
-    StructField("ddl", StringType(), True),
-    StructField("xid", StringType(), False),
-    StructField("seq", LongType(), False),
-    StructField("scn", LongType(), False),
-    StructField("commit_scn", LongType(), False),
-    StructField("commit_ts_ms", LongType(), False),
-    StructField("ts_ms", LongType(), False),
-    StructField("thread", IntegerType(), False),
-    StructField("user", StringType(), True),
-    StructField("row_id", StringType(), True),
-    StructField("attrs", MapType(StringType(), StringType()), True),
-    StructField("tx_total_order", LongType(), True),
-    StructField("tx_data_collection_order", LongType(), True),
-    StructField("kafka_partition", IntegerType(), True),
-    StructField("kafka_offset", LongType(), True),
-    StructField("kafka_timestamp", TimestampType(), True),
-])
+CHANGE_COLUMNS = StructType(
+    [
+        StructField("event_id", StringType(), False),
+        StructField("table", StringType(), True),
+        StructField("op", StringType(), False),
+        StructField("key", StringType(), True),
+        StructField("before", StringType(), True),
+        StructField("after", StringType(), True),
+        StructField("ddl", StringType(), True),
+        StructField("xid", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("scn", LongType(), False),
+        StructField("commit_scn", LongType(), False),
+        StructField("commit_ts_ms", LongType(), False),
+        StructField("ts_ms", LongType(), False),
+        StructField("thread", IntegerType(), False),
+        StructField("user", StringType(), True),
+        StructField("row_id", StringType(), True),
+        StructField("attrs", MapType(StringType(), StringType()), True),
+        StructField("tx_total_order", LongType(), True),
+        StructField("tx_data_collection_order", LongType(), True),
+        StructField("kafka_partition", IntegerType(), True),
+        StructField("kafka_offset", LongType(), True),
+        StructField("kafka_timestamp", TimestampType(), True),
+    ]
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -129,8 +138,10 @@ def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
             cols["kafka_partition"].append(parts[i])
             cols["kafka_offset"].append(offsets[i])
         cols["kafka_timestamp"] = stamps.take(pa.array(keep, pa.int64())) if keep else pa.array([], stamps.type)
-        arrays = [cols[f.name] if f.name == "kafka_timestamp" else pa.array(cols[f.name], out_schema.field(f.name).type)
-                  for f in CHANGE_COLUMNS.fields]
+        arrays = [
+            cols[f.name] if f.name == "kafka_timestamp" else pa.array(cols[f.name], out_schema.field(f.name).type)
+            for f in CHANGE_COLUMNS.fields
+        ]
         arrays[-1] = arrays[-1].cast(out_schema.field("kafka_timestamp").type)
         yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 

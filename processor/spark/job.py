@@ -21,25 +21,35 @@ NATIVE_KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 DEFAULT_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
 
 
-def spark_session(app: str = "txbuffer-spark", master: str = "local[2]", packages: str | None = None,
-                  shuffle_partitions: int = 2, driver_memory: str = "2g") -> Any:
+def spark_session(
+    app: str = "txbuffer-spark",
+    master: str = "local[2]",
+    packages: str | None = None,
+    shuffle_partitions: int = 2,
+    driver_memory: str = "2g",
+) -> Any:
     """A SparkSession for this job. Settings that matter on first start are fixed here."""
     # Workers must run this interpreter (fastavro, confluent-kafka and pyarrow live in it).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.appName(app).master(master)
-               .config("spark.driver.memory", driver_memory)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               # The event_id dedup state grows with the log: RocksDB keeps it off the JVM heap.
-               .config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.sql.sources.partitionOverwriteMode", "static"))
+    builder = (
+        SparkSession.builder.appName(app)
+        .master(master)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        # The event_id dedup state grows with the log: RocksDB keeps it off the JVM heap.
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.sources.partitionOverwriteMode", "static")
+    )
     if packages:
         builder = builder.config("spark.jars.packages", packages)
     spark = builder.getOrCreate()
@@ -57,20 +67,34 @@ def has_native_kafka(spark: Any) -> bool:
         return False
 
 
-def kafka_stream(spark: Any, bootstrap: str, topic: str, starting_offsets: str = "earliest",
-                 max_offsets_per_trigger: int | None = None, ending_offsets: dict | None = None,
-                 native: bool | None = None) -> Any:
+def kafka_stream(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    ending_offsets: dict | None = None,
+    native: bool | None = None,
+) -> Any:
     """A Kafka-shaped streaming DataFrame from the native source if present, else ours."""
     if native is None:
         native = has_native_kafka(spark)
     if native:
-        reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("subscribe", topic).option("startingOffsets", starting_offsets)
-                  .option("includeHeaders", "true"))
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", starting_offsets)
+            .option("includeHeaders", "true")
+        )
     else:
         register_source(spark)
-        reader = (spark.readStream.format(SOURCE_NAME).option("kafka.bootstrap.servers", bootstrap)
-                  .option("subscribe", topic).option("startingOffsets", starting_offsets))
+        reader = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", starting_offsets)
+        )
         if ending_offsets is not None:
             reader = reader.option("endingOffsets", json.dumps(ending_offsets))
     if max_offsets_per_trigger:
@@ -92,10 +116,19 @@ def parse_trigger(trigger: str) -> tuple[str, str | None]:
     raise ValueError(f"unknown trigger {trigger!r}: use available-now or processingTime=<interval>")
 
 
-def run_job(bootstrap: str, topic: str, checkpoint: str, output: str, trigger: str = "available-now",
-            max_offsets_per_trigger: int | None = None, packages: str | None = None,
-            starting_offsets: str = "earliest", spark: Any = None, native: bool | None = None,
-            timeout_s: float | None = None) -> dict:
+def run_job(
+    bootstrap: str,
+    topic: str,
+    checkpoint: str,
+    output: str,
+    trigger: str = "available-now",
+    max_offsets_per_trigger: int | None = None,
+    packages: str | None = None,
+    starting_offsets: str = "earliest",
+    spark: Any = None,
+    native: bool | None = None,
+    timeout_s: float | None = None,
+) -> dict:
     """Run the query. available-now returns once everything present at start is committed."""
     spark = spark or spark_session(packages=packages)
     native = has_native_kafka(spark) if native is None else native
@@ -109,11 +142,15 @@ def run_job(bootstrap: str, topic: str, checkpoint: str, output: str, trigger: s
             ending = _nest(client.log_ends(client.partitions([topic])))
         finally:
             client.close()
-    changes = decode_changes(kafka_stream(spark, bootstrap, topic, starting_offsets,
-                                          max_offsets_per_trigger, ending, native))
+    changes = decode_changes(
+        kafka_stream(spark, bootstrap, topic, starting_offsets, max_offsets_per_trigger, ending, native)
+    )
     deduped = changes.dropDuplicates(["event_id"])
-    writer = (deduped.writeStream.queryName(f"txbuffer-{topic}").option("checkpointLocation", checkpoint)
-              .foreachBatch(BatchWriter(output)))
+    writer = (
+        deduped.writeStream.queryName(f"txbuffer-{topic}")
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(BatchWriter(output))
+    )
     if kind == "available-now" and native:
         writer = writer.trigger(availableNow=True)
     elif kind == "available-now":
@@ -136,7 +173,11 @@ def run_job(bootstrap: str, topic: str, checkpoint: str, output: str, trigger: s
             raise RuntimeError(f"spark query failed: {query.exception()}")
     progress = query.recentProgress
     rows = sum(p["numInputRows"] for p in progress)
-    summary = {"batches": len([p for p in progress if p["numInputRows"]]), "input_rows": rows,
-               "seconds": round(time.monotonic() - started, 3), "ending_offsets": ending}
+    summary = {
+        "batches": len([p for p in progress if p["numInputRows"]]),
+        "input_rows": rows,
+        "seconds": round(time.monotonic() - started, 3),
+        "ending_offsets": ending,
+    }
     log.info("spark.query.finished", **summary)
     return summary

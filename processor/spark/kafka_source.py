@@ -22,28 +22,46 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
-    ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 SOURCE_NAME = "txbuffer-kafka"
 
-KAFKA_SCHEMA = StructType([
-    StructField("key", BinaryType(), True),
-    StructField("value", BinaryType(), True),
-    StructField("topic", StringType(), True),
-    StructField("partition", IntegerType(), True),
-    StructField("offset", LongType(), True),
-    StructField("timestamp", TimestampType(), True),
-    StructField("timestampType", IntegerType(), True),
-    StructField("headers", ArrayType(StructType([
-        StructField("key", StringType(), True),
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), True),
-    ])), True),
-])
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("timestampType", IntegerType(), True),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("key", StringType(), True),
+                        StructField("value", BinaryType(), True),
+                    ]
+                )
+            ),
+            True,
+        ),
+    ]
+)
 
 # Consumer settings for reads by assignment: no group is ever joined, nothing is committed.
 _CONSUMER_CONF = {
@@ -116,8 +134,7 @@ class KafkaClient:
     def log_starts(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import TopicPartition
 
-        return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self.timeout_s)[0]
-                for tp in tps}
+        return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self.timeout_s)[0] for tp in tps}
 
     def log_ends(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """True end offsets.
@@ -206,7 +223,8 @@ class KafkaStreamReader(DataSourceStreamReader):
                     if self.fail_on_data_loss:
                         raise KafkaOffsetOutOfRange(
                             f"{SOURCE_NAME}: OffsetOutOfRange: startingOffsets {tp[0]}-{tp[1]}@{off} is outside "
-                            f"the log [{low[tp]}, {high[tp]}); set failOnDataLoss=false to clamp")
+                            f"the log [{low[tp]}, {high[tp]}); set failOnDataLoss=false to clamp"
+                        )
                     off = min(max(off, low[tp]), high[tp])
                 start[tp] = off
         self._cursor = dict(start)
@@ -253,8 +271,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         return read_range(self.bootstrap, partition, self.fail_on_data_loss, self.poll_timeout_s)
 
 
-def read_range(bootstrap: str, part: KafkaRange, fail_on_data_loss: bool = True,
-               poll_timeout_s: float = 30.0, chunk: int = 20_000) -> Iterator[Any]:
+def read_range(
+    bootstrap: str, part: KafkaRange, fail_on_data_loss: bool = True, poll_timeout_s: float = 30.0, chunk: int = 20_000
+) -> Iterator[Any]:
     """Yield Arrow record batches for [part.start, part.end) of one partition."""
     import pyarrow as pa
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -270,7 +289,8 @@ def read_range(bootstrap: str, part: KafkaRange, fail_on_data_loss: bool = True,
             if fail_on_data_loss:
                 raise KafkaOffsetOutOfRange(
                     f"{SOURCE_NAME}: OffsetOutOfRange: {part.topic}-{part.partition} offsets [{pos}, {low}) are "
-                    f"gone (log start is {low}; retention or deletion); set failOnDataLoss=false to skip them")
+                    f"gone (log start is {low}; retention or deletion); set failOnDataLoss=false to skip them"
+                )
             pos = low
         consumer.assign([TopicPartition(part.topic, part.partition, pos)])
         rows: list = []
@@ -283,7 +303,8 @@ def read_range(bootstrap: str, part: KafkaRange, fail_on_data_loss: bool = True,
                 if err is not None:
                     if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
                         raise KafkaOffsetOutOfRange(
-                            f"{SOURCE_NAME}: OffsetOutOfRange reading {part!r} at {pos}: {err.str()}")
+                            f"{SOURCE_NAME}: OffsetOutOfRange reading {part!r} at {pos}: {err.str()}"
+                        )
                     if err.fatal():
                         raise RuntimeError(f"{SOURCE_NAME}: fatal Kafka error reading {part!r}: {err.str()}")
                     continue
@@ -310,19 +331,23 @@ def read_range(bootstrap: str, part: KafkaRange, fail_on_data_loss: bool = True,
 def _to_batch(rows: list, part: KafkaRange, schema: Any, pa: Any) -> Any:
     keys, values, offsets, ts, ts_types, headers = zip(*rows)
     n = len(rows)
-    return pa.RecordBatch.from_arrays([
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array([part.topic] * n, pa.string()),
-        pa.array([part.partition] * n, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        # Kafka timestamps are ms; Spark timestamps are UTC microseconds.
-        pa.array([t * 1000 if t >= 0 else None for t in ts], pa.timestamp("us", tz="UTC")),
-        # confluent-kafka: 0 none, 1 create time, 2 log append; Spark: 0 create, 1 log append, -1 none.
-        pa.array([tt - 1 if tt > 0 else -1 for tt in ts_types], pa.int32()),
-        pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers],
-                 schema.field("headers").type),
-    ], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([part.topic] * n, pa.string()),
+            pa.array([part.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            # Kafka timestamps are ms; Spark timestamps are UTC microseconds.
+            pa.array([t * 1000 if t >= 0 else None for t in ts], pa.timestamp("us", tz="UTC")),
+            # confluent-kafka: 0 none, 1 create time, 2 log append; Spark: 0 create, 1 log append, -1 none.
+            pa.array([tt - 1 if tt > 0 else -1 for tt in ts_types], pa.int32()),
+            pa.array(
+                [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers], schema.field("headers").type
+            ),
+        ],
+        schema=schema,
+    )
 
 
 class KafkaDataSource(DataSource):

@@ -49,9 +49,10 @@ def committed_changelog_files(output: str | os.PathLike) -> list[Path]:
 
 def read_changelog(output: str | os.PathLike, columns: list[str] | None = None) -> Any:
     """The change log as one pyarrow Table (committed batches only), with its `table` column."""
+    from urllib.parse import unquote
+
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from urllib.parse import unquote
 
     pieces = []
     for f in committed_changelog_files(output):

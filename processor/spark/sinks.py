@@ -41,7 +41,7 @@ ROW_OPS = ("c", "u", "d")
 
 def local_path(path: str | os.PathLike) -> Path:
     text = str(path)
-    return Path(text[len("file:"):] if text.startswith("file:") else text)
+    return Path(text[len("file:") :] if text.startswith("file:") else text)
 
 
 def table_dir(state_root: Path, table: str) -> Path:
@@ -114,9 +114,11 @@ class BatchWriter:
         from pyspark.sql.window import Window
 
         rows = df.where(F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t"))
-        summary = (rows.groupBy("table")
-                   .agg(F.max(F.when(F.col("op") == "t", F.struct("commit_scn", "seq"))).alias("trunc"))
-                   .collect())
+        summary = (
+            rows.groupBy("table")
+            .agg(F.max(F.when(F.col("op") == "t", F.struct("commit_scn", "seq"))).alias("trunc"))
+            .collect()
+        )
         pending: dict[str, dict | None] = {}
         for r in summary:
             ptr = read_pointer(self.state, r["table"])
@@ -131,10 +133,16 @@ class BatchWriter:
         tid = {t: i for i, t in enumerate(names)}
         tid_col = F.create_map(*[x for t in names for x in (F.lit(t), F.lit(tid[t]))])
 
-        incoming = (rows.where(F.col("table").isin(*names) & F.col("op").isin(*ROW_OPS))
-                    .select(tid_col[F.col("table")].alias("tid"), "key",
-                            F.when(F.col("op") == "d", F.lit(None)).otherwise(F.col("after")).alias("after"),
-                            (F.col("op") == "d").alias("deleted"), "commit_scn", "seq", "event_id", "commit_ts_ms"))
+        incoming = rows.where(F.col("table").isin(*names) & F.col("op").isin(*ROW_OPS)).select(
+            tid_col[F.col("table")].alias("tid"),
+            "key",
+            F.when(F.col("op") == "d", F.lit(None)).otherwise(F.col("after")).alias("after"),
+            (F.col("op") == "d").alias("deleted"),
+            "commit_scn",
+            "seq",
+            "event_id",
+            "commit_ts_ms",
+        )
         parts = [incoming]
         for t in names:
             ptr = pending[t]["ptr"]
@@ -148,7 +156,9 @@ class BatchWriter:
         for t in names:
             trunc = pending[t]["trunc"]
             if trunc:
-                before_trunc = (F.col("commit_scn") < trunc[0]) | ((F.col("commit_scn") == trunc[0]) & (F.col("seq") <= trunc[1]))
+                before_trunc = (F.col("commit_scn") < trunc[0]) | (
+                    (F.col("commit_scn") == trunc[0]) & (F.col("seq") <= trunc[1])
+                )
                 merged = merged.where(~((F.col("tid") == tid[t]) & before_trunc))
         latest = Window.partitionBy("tid", "key").orderBy(F.desc("commit_scn"), F.desc("seq"), F.desc("event_id"))
         winners = merged.withColumn("_rn", F.row_number().over(latest)).where("_rn = 1").drop("_rn")
@@ -168,8 +178,10 @@ class BatchWriter:
             else:
                 dest.mkdir()  # every row truncated away: an empty snapshot
             trunc = pending[t]["trunc"]
-            _write_json_atomic(tdir / "_CURRENT", {"table": t, "version": version, "batch": batch_id,
-                                                   "truncated_at": list(trunc) if trunc else None})
+            _write_json_atomic(
+                tdir / "_CURRENT",
+                {"table": t, "version": version, "batch": batch_id, "truncated_at": list(trunc) if trunc else None},
+            )
             self._prune(tdir, version)
         shutil.rmtree(staging, ignore_errors=True)
         return names
@@ -178,12 +190,17 @@ class BatchWriter:
     def spark_read_state(spark: Any, path: Path) -> Any:
         from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-        schema = StructType([
-            StructField("key", StringType()), StructField("after", StringType()),
-            StructField("deleted", BooleanType()), StructField("commit_scn", LongType()),
-            StructField("seq", LongType()), StructField("event_id", StringType()),
-            StructField("commit_ts_ms", LongType()),
-        ])
+        schema = StructType(
+            [
+                StructField("key", StringType()),
+                StructField("after", StringType()),
+                StructField("deleted", BooleanType()),
+                StructField("commit_scn", LongType()),
+                StructField("seq", LongType()),
+                StructField("event_id", StringType()),
+                StructField("commit_ts_ms", LongType()),
+            ]
+        )
         return spark.read.schema(schema).parquet(str(path))
 
     def _prune(self, tdir: Path, current: str) -> None:

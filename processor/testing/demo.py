@@ -15,9 +15,9 @@ from pathlib import Path
 import structlog
 from tqdm import tqdm
 
+from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.tansu import EmbeddedBroker
 from processor.runtime.config import load_config
-from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.runner import Runner
 from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import verify
@@ -53,11 +53,23 @@ def run_demo(opts: DemoOptions) -> int:
         t0 = time.monotonic()
         generated = generate_workload(broker.bootstrap, opts, expected_dir)
         gen_s = time.monotonic() - t0
-        log.info("demo.generated", events=generated["events"], committed=generated["committed"],
-                 rolled_back=generated["rolled_back"], changes=generated["changes"], seconds=round(gen_s, 1))
+        log.info(
+            "demo.generated",
+            events=generated["events"],
+            committed=generated["committed"],
+            rolled_back=generated["rolled_back"],
+            changes=generated["changes"],
+            seconds=round(gen_s, 1),
+        )
 
-        cfg = load_config(overrides={"bootstrap": broker.bootstrap, "state_dir": workdir / "state",
-                                     "available_now": True, "group": "txbuffer-demo"})
+        cfg = load_config(
+            overrides={
+                "bootstrap": broker.bootstrap,
+                "state_dir": workdir / "state",
+                "available_now": True,
+                "group": "txbuffer-demo",
+            }
+        )
         summary = Runner(cfg).run()
         report = verify(broker.bootstrap, expected_dir)
 

@@ -14,8 +14,9 @@ JSON cannot hold bytes, so a bytes value is written as {"$bytes": "<hex>"}.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 CHANGES_FILE = "expected_changes.jsonl"
 TRANSACTIONS_FILE = "expected_transactions.jsonl"
@@ -57,8 +58,15 @@ class ExpectedWriter:
         self._changes = open(self.directory / CHANGES_FILE, "w", encoding="utf-8")
         self._transactions = open(self.directory / TRANSACTIONS_FILE, "w", encoding="utf-8")
 
-    def write_transaction(self, xid: str, commit_scn: int, commit_ts_ms: int, thread: int,
-                          change_bodies: Iterable[tuple[int, str]], table_counts: dict[str, int]) -> None:
+    def write_transaction(
+        self,
+        xid: str,
+        commit_scn: int,
+        commit_ts_ms: int,
+        thread: int,
+        change_bodies: Iterable[tuple[int, str]],
+        table_counts: dict[str, int],
+    ) -> None:
         """change_bodies: (seq, JSON object text without event_id and commit_scn), in seq order."""
         n = 0
         prefix_scn = f',"commit_scn":{commit_scn},'
@@ -67,14 +75,39 @@ class ExpectedWriter:
             self._changes.write('{"event_id":' + json.dumps(event_id) + prefix_scn + body[1:] + "\n")
             n += 1
         collections = [{"name": name, "event_count": c} for name, c in sorted(table_counts.items()) if c]
-        self._transactions.write(dumps({"xid": xid, "commit_scn": commit_scn, "commit_ts_ms": commit_ts_ms,
-                                        "event_count": n, "data_collections": collections}) + "\n")
+        self._transactions.write(
+            dumps(
+                {
+                    "xid": xid,
+                    "commit_scn": commit_scn,
+                    "commit_ts_ms": commit_ts_ms,
+                    "event_count": n,
+                    "data_collections": collections,
+                }
+            )
+            + "\n"
+        )
 
     def write_committed(self, txn: Any) -> None:
         """Write a committed transaction of the reference model (processor.reference.CommittedTransaction)."""
-        bodies = [(c["source"]["seq"], dumps({
-            "xid": txn.xid, "seq": c["source"]["seq"], "table": c["source"]["table"], "op": c["op"], "key": c["key"],
-            "before": c["before"], "after": c["after"], "ddl": c["ddl"]})) for c in txn.changes]
+        bodies = [
+            (
+                c["source"]["seq"],
+                dumps(
+                    {
+                        "xid": txn.xid,
+                        "seq": c["source"]["seq"],
+                        "table": c["source"]["table"],
+                        "op": c["op"],
+                        "key": c["key"],
+                        "before": c["before"],
+                        "after": c["after"],
+                        "ddl": c["ddl"],
+                    }
+                ),
+            )
+            for c in txn.changes
+        ]
         counts: dict[str, int] = {}
         for c in txn.changes:
             counts[c["source"]["table"] or ""] = counts.get(c["source"]["table"] or "", 0) + 1

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import random
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from processor.core import events
 from processor.core.events import (
@@ -63,27 +63,46 @@ class TableSpec:
     name: str
     key_columns: tuple[str, ...]
     columns: tuple[tuple[str, str], ...]  # non-key (name, kind); kind: str long double bool clob blob
-    row_ids: bool = False                 # Oracle style: every change carries a row_id (undo rows need it)
+    row_ids: bool = False  # Oracle style: every change carries a row_id (undo rows need it)
 
     @property
     def lob_column(self) -> str | None:
         return next((name for name, kind in self.columns if kind in ("clob", "blob")), None)
 
 
-TABLES = {spec.name: spec for spec in (
-    TableSpec("app.accounts", ("id",), (("owner", "str"), ("balance", "double"), ("active", "bool")), row_ids=True),
-    TableSpec("app.orders", ("region", "id"), (("status", "str"), ("qty", "long"), ("note", "str"))),
-    TableSpec("app.documents", ("id",), (("title", "str"), ("body", "clob")), row_ids=True),
-    TableSpec("app.images", ("id",), (("name", "str"), ("data", "blob"))),
-)}
+TABLES = {
+    spec.name: spec
+    for spec in (
+        TableSpec("app.accounts", ("id",), (("owner", "str"), ("balance", "double"), ("active", "bool")), row_ids=True),
+        TableSpec("app.orders", ("region", "id"), (("status", "str"), ("qty", "long"), ("note", "str"))),
+        TableSpec("app.documents", ("id",), (("title", "str"), ("body", "clob")), row_ids=True),
+        TableSpec("app.images", ("id",), (("name", "str"), ("data", "blob"))),
+    )
+}
 BULK_TABLE = TableSpec("app.bulk", ("id",), (("payload", "str"), ("n", "long")))
 
 _TEMPLATE = events.raw_event("", BEGIN, 0, 0)  # its empty attrs dict is shared: events are read-only
 
 
 class _Txn:
-    __slots__ = ("xid", "seq", "remaining", "commits", "huge", "user", "client", "subxid", "subxid_start",
-                 "subxid_aborts", "savepoints", "changes", "first_touch", "table_counts", "spill", "index")
+    __slots__ = (
+        "changes",
+        "client",
+        "commits",
+        "first_touch",
+        "huge",
+        "index",
+        "remaining",
+        "savepoints",
+        "seq",
+        "spill",
+        "subxid",
+        "subxid_aborts",
+        "subxid_start",
+        "table_counts",
+        "user",
+        "xid",
+    )
 
     def __init__(self, xid: str, remaining: int, commits: bool, huge: bool, user: str, client: str):
         self.xid, self.remaining, self.commits, self.huge = xid, remaining, commits, huge
@@ -109,12 +128,28 @@ class WorkloadGenerator:
     events have xid "" and go to every partition (RawTopicWriter.heartbeat, or fan_out()).
     """
 
-    def __init__(self, n_events: int, *, open_txns: int = 50, seed: int = 0, rollback_rate: float = 0.1,
-                 savepoint_rate: float = 0.03, subtxn_abort_rate: float = 0.01, undo_rate: float = 0.02,
-                 lob_rate: float = 0.2, ddl_rate: float = 0.001, restart_rate: float = 0.001,
-                 duplicate_rate: float = 0.002, implicit_begin_rate: float = 0.05,
-                 tables: Iterable[str] = tuple(TABLES), keys_per_table: int = 10_000, huge_txn_size: int = 0,
-                 heartbeat_every: int = 1000, expected_dir: str | Path | None = None, xid_prefix: str | None = None):
+    def __init__(
+        self,
+        n_events: int,
+        *,
+        open_txns: int = 50,
+        seed: int = 0,
+        rollback_rate: float = 0.1,
+        savepoint_rate: float = 0.03,
+        subtxn_abort_rate: float = 0.01,
+        undo_rate: float = 0.02,
+        lob_rate: float = 0.2,
+        ddl_rate: float = 0.001,
+        restart_rate: float = 0.001,
+        duplicate_rate: float = 0.002,
+        implicit_begin_rate: float = 0.05,
+        tables: Iterable[str] = tuple(TABLES),
+        keys_per_table: int = 10_000,
+        huge_txn_size: int = 0,
+        heartbeat_every: int = 1000,
+        expected_dir: str | Path | None = None,
+        xid_prefix: str | None = None,
+    ):
         self.params = {k: v for k, v in locals().items() if k not in ("self", "expected_dir", "tables")}
         self.params["tables"] = list(tables)
         self.n_events, self.open_target, self.seed = n_events, max(1, open_txns), seed
@@ -165,8 +200,16 @@ class WorkloadGenerator:
         self.scn += 1
         txn.seq += 1
         ev = _TEMPLATE.copy()
-        ev.update(xid=txn.xid, op=op, seq=txn.seq, scn=self.scn, ts_ms=BASE_TS_MS + self.scn,
-                  user=txn.user, client=txn.client, subxid=txn.subxid)
+        ev.update(
+            xid=txn.xid,
+            op=op,
+            seq=txn.seq,
+            scn=self.scn,
+            ts_ms=BASE_TS_MS + self.scn,
+            user=txn.user,
+            client=txn.client,
+            subxid=txn.subxid,
+        )
         ev.update(fields)
         self.emitted += 1
         return ev
@@ -193,8 +236,9 @@ class WorkloadGenerator:
         self.started += 1
         size = self.huge_size if huge else _long_tailed_size(rng)
         commits = huge or rng.random() >= self.rollback_rate
-        txn = _Txn(xid, size, commits, huge, USERS[int(rng.random() * len(USERS))],
-                   CLIENTS[int(rng.random() * len(CLIENTS))])
+        txn = _Txn(
+            xid, size, commits, huge, USERS[int(rng.random() * len(USERS))], CLIENTS[int(rng.random() * len(CLIENTS))]
+        )
         if huge:
             self.huge = txn
             txn.spill = tempfile.TemporaryFile("w+", encoding="utf-8")
@@ -221,8 +265,9 @@ class WorkloadGenerator:
             self.committed += 1
             self.changes += sum(txn.table_counts.values())
             if self.writer is not None:
-                self.writer.write_transaction(txn.xid, commit["scn"], commit["ts_ms"], commit["thread"],
-                                              self._bodies(txn), txn.table_counts)
+                self.writer.write_transaction(
+                    txn.xid, commit["scn"], commit["ts_ms"], commit["thread"], self._bodies(txn), txn.table_counts
+                )
             if txn.spill is not None:
                 txn.spill.close()
             yield from self._out(commit)
@@ -275,7 +320,7 @@ class WorkloadGenerator:
             name = txn.savepoints[int(rng.random() * len(txn.savepoints))][0]
             index = max(i for i, (n, _) in enumerate(txn.savepoints) if n == name)
             self._revert_to(txn, txn.savepoints[index][1])
-            del txn.savepoints[index + 1:]
+            del txn.savepoints[index + 1 :]
             yield from self._out(self._emit(txn, ROLLBACK_TO_SAVEPOINT, savepoint=name))
             return
         name = f"sp{int(rng.random() * 4)}"  # few names, so a name is sometimes declared twice
@@ -353,8 +398,11 @@ class WorkloadGenerator:
             merged = dict(after)
             for _ in range(1 + int(rng.random() * 3)):
                 fragment, merged[lob] = _fragment(rng, spec, merged.get(lob))
-                yield from self._out(self._emit(txn, fragment.pop("op"), table=spec.name, key=key,
-                                                row_id=row_id, lob_column=lob, **fragment))
+                yield from self._out(
+                    self._emit(
+                        txn, fragment.pop("op"), table=spec.name, key=key, row_id=row_id, lob_column=lob, **fragment
+                    )
+                )
         if txn.spill is not None:
             txn.spill.write(f"{ev['seq']}\t{self._body(txn, ev, spec.name, key, before, merged, None)}\n")
             txn.table_counts[spec.name] = txn.table_counts.get(spec.name, 0) + 1
@@ -364,26 +412,62 @@ class WorkloadGenerator:
         if row_id is not None and rng.random() < self.undo_rate and txn.spill is None:
             # Oracle rolled the statement back: an undo row (the inverse change) with the same row_id
             self._revert_to(txn, ev["seq"] - 1)
-            yield from self._out(self._emit(txn, UNDO_OP[op], table=spec.name, key=key, before=merged,
-                                            after=before, row_id=row_id, undo=True))
+            yield from self._out(
+                self._emit(
+                    txn, UNDO_OP[op], table=spec.name, key=key, before=merged, after=before, row_id=row_id, undo=True
+                )
+            )
 
-    def _record(self, txn: _Txn, ev: dict, table: str, pk: object, prior: dict | None, key: dict | None,
-                before: dict | None, after: dict | None, ddl: str | None) -> None:
+    def _record(
+        self,
+        txn: _Txn,
+        ev: dict,
+        table: str,
+        pk: object,
+        prior: dict | None,
+        key: dict | None,
+        before: dict | None,
+        after: dict | None,
+        ddl: str | None,
+    ) -> None:
         txn.changes.append((ev["seq"], table, pk, prior, self._body(txn, ev, table, key, before, after, ddl)))
         txn.table_counts[table] = txn.table_counts.get(table, 0) + 1
 
     @staticmethod
-    def _body(txn: _Txn, ev: dict, table: str, key: dict | None, before: dict | None, after: dict | None,
-              ddl: str | None) -> str:
-        return dumps({"xid": txn.xid, "seq": ev["seq"], "table": table, "op": ENVELOPE[ev["op"]], "key": key,
-                      "before": before, "after": after, "ddl": ddl})
+    def _body(
+        txn: _Txn, ev: dict, table: str, key: dict | None, before: dict | None, after: dict | None, ddl: str | None
+    ) -> str:
+        return dumps(
+            {
+                "xid": txn.xid,
+                "seq": ev["seq"],
+                "table": table,
+                "op": ENVELOPE[ev["op"]],
+                "key": key,
+                "before": before,
+                "after": after,
+                "ddl": ddl,
+            }
+        )
 
     def summary(self) -> dict:
-        final_state = {table: {key_string(_key(self._spec(table), pk)): row for pk, row in rows.items()}
-                       for table, rows in self.rows.items() if rows}
-        return {"seed": self.seed, "params": self.params, "events": self.emitted, "heartbeats": self.heartbeats,
-                "started": self.started, "committed": self.committed, "rolled_back": self.rolled_back,
-                "changes": self.changes, "last_scn": self.scn, "final_state": final_state}
+        final_state = {
+            table: {key_string(_key(self._spec(table), pk)): row for pk, row in rows.items()}
+            for table, rows in self.rows.items()
+            if rows
+        }
+        return {
+            "seed": self.seed,
+            "params": self.params,
+            "events": self.emitted,
+            "heartbeats": self.heartbeats,
+            "started": self.started,
+            "committed": self.committed,
+            "rolled_back": self.rolled_back,
+            "changes": self.changes,
+            "last_scn": self.scn,
+            "final_state": final_state,
+        }
 
     def _spec(self, table: str) -> TableSpec:
         return BULK_TABLE if table == BULK_TABLE.name else TABLES[table]
@@ -395,6 +479,7 @@ def generate(n_events: int, **params: object) -> Iterator[dict]:
 
 
 # ---- rows and fragments --------------------------------------------------------------------------
+
 
 def _long_tailed_size(rng: random.Random) -> int:
     u = rng.random()
@@ -446,22 +531,25 @@ def _fragment(rng: random.Random, spec: TableSpec, value: object) -> tuple[dict,
     binary = dict(spec.columns)[spec.lob_column] == "blob"
     v = (b"" if binary else "") if value is None else value
     fill = b"\x00" if binary else " "
-    data = bytes([int(rng.random() * 256) for _ in range(1 + int(rng.random() * 6))]) if binary \
+    data = (
+        bytes([int(rng.random() * 256) for _ in range(1 + int(rng.random() * 6))])
+        if binary
         else WORDS[int(rng.random() * len(WORDS))] * (1 + int(rng.random() * 3))
+    )
     u = 0.0 if value is None else rng.random()  # a null value starts with a write, so a BLOB stays bytes
     if u < 0.35:  # append
         op = LOB_WRITE if binary else (LOB_WRITE, XML_WRITE, LONG_STRING_WRITE)[int(rng.random() * 3)]
         return {"op": op, "lob_data": data}, v + data
     if u < 0.6:  # overwrite in place (may run past the end)
         off = int(rng.random() * (len(v) + 1))
-        return {"op": LOB_WRITE, "lob_offset": off, "lob_data": data}, v[:off] + data + v[off + len(data):]
+        return {"op": LOB_WRITE, "lob_offset": off, "lob_data": data}, v[:off] + data + v[off + len(data) :]
     if u < 0.75:  # write past the end: the gap is padded
         gap = 1 + int(rng.random() * 4)
         return {"op": LOB_WRITE, "lob_offset": len(v) + gap, "lob_data": data}, v + fill * gap + data
     if u < 0.9:  # erase a range that may run past the end
         off, n = int(rng.random() * (len(v) + 1)), 1 + int(rng.random() * 5)
         kept = max(0, min(n, len(v) - off))
-        return {"op": LOB_ERASE, "lob_offset": off, "lob_length": n}, v[:off] + fill * kept + v[off + kept:]
+        return {"op": LOB_ERASE, "lob_offset": off, "lob_length": n}, v[:off] + fill * kept + v[off + kept :]
     n = int(rng.random() * (len(v) + 3))
     return {"op": LOB_TRIM, "lob_length": n}, v[:n]
 

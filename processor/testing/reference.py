@@ -22,8 +22,9 @@ Choices the contract leaves open (the engine should agree; change both or neithe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from fastavro.validation import ValidationError, validate
 
@@ -31,6 +32,7 @@ from processor.core import events
 from processor.core.events import (
     BEGIN,
     COMMIT,
+    DDL,
     DELETE,
     FRAGMENT_OPS,
     HEARTBEAT,
@@ -43,7 +45,6 @@ from processor.core.events import (
     SAVEPOINT,
     SUBTXN_ABORT,
     TRUNCATE,
-    DDL,
     UPDATE,
 )
 
@@ -53,10 +54,17 @@ FILTERED = "filtered"
 
 _ROW_FIELDS = ("table", "key")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    INSERT: _ROW_FIELDS, UPDATE: _ROW_FIELDS, DELETE: _ROW_FIELDS, TRUNCATE: ("table",), DDL: ("ddl",),
+    INSERT: _ROW_FIELDS,
+    UPDATE: _ROW_FIELDS,
+    DELETE: _ROW_FIELDS,
+    TRUNCATE: ("table",),
+    DDL: ("ddl",),
     **{op: ("lob_column",) for op in FRAGMENT_OPS},
-    LOB_ERASE: ("lob_column", "lob_offset", "lob_length"), LOB_TRIM: ("lob_column", "lob_length"),
-    SAVEPOINT: ("savepoint",), ROLLBACK_TO_SAVEPOINT: ("savepoint",), SUBTXN_ABORT: ("subxid",),
+    LOB_ERASE: ("lob_column", "lob_offset", "lob_length"),
+    LOB_TRIM: ("lob_column", "lob_length"),
+    SAVEPOINT: ("savepoint",),
+    ROLLBACK_TO_SAVEPOINT: ("savepoint",),
+    SUBTXN_ABORT: ("subxid",),
 }
 
 
@@ -67,8 +75,8 @@ class OpenTransaction:
     user: str | None = None
     client: str | None = None
     filtered: bool = False
-    buffer: dict[int, dict] = field(default_factory=dict)   # seq -> buffered change or fragment
-    targets: dict[int, int] = field(default_factory=dict)   # fragment seq -> seq of the change it merges into
+    buffer: dict[int, dict] = field(default_factory=dict)  # seq -> buffered change or fragment
+    targets: dict[int, int] = field(default_factory=dict)  # fragment seq -> seq of the change it merges into
     savepoints: list[tuple[str, int]] = field(default_factory=list)
 
 
@@ -90,39 +98,70 @@ class CommittedTransaction:
         return [{"name": name, "event_count": n} for name, n in sorted(counts.items())]
 
     def begin_record(self) -> dict:
-        return {"status": "BEGIN", "id": self.xid, "commit_scn": self.commit_scn, "ts_ms": self.commit_ts_ms,
-                "thread": self.thread, "event_count": None, "data_collections": None, "input_partition": None,
-                "commit_offset": None, "ordering": None, "reason": None}
+        return {
+            "status": "BEGIN",
+            "id": self.xid,
+            "commit_scn": self.commit_scn,
+            "ts_ms": self.commit_ts_ms,
+            "thread": self.thread,
+            "event_count": None,
+            "data_collections": None,
+            "input_partition": None,
+            "commit_offset": None,
+            "ordering": None,
+            "reason": None,
+        }
 
     def end_record(self, ordering: str = "partition") -> dict:
-        return {"status": "END", "id": self.xid, "commit_scn": self.commit_scn, "ts_ms": self.commit_ts_ms,
-                "thread": self.thread, "event_count": len(self.changes), "data_collections": self.data_collections(),
-                "input_partition": self.partition, "commit_offset": self.commit_offset, "ordering": ordering,
-                "reason": None}
+        return {
+            "status": "END",
+            "id": self.xid,
+            "commit_scn": self.commit_scn,
+            "ts_ms": self.commit_ts_ms,
+            "thread": self.thread,
+            "event_count": len(self.changes),
+            "data_collections": self.data_collections(),
+            "input_partition": self.partition,
+            "commit_offset": self.commit_offset,
+            "ordering": ordering,
+            "reason": None,
+        }
 
 
 class ReferenceModel:
     """Feed RawEvents per partition in offset order; read committed, dlq, watermark, late_events."""
 
-    def __init__(self, include_users: Iterable[str] = (), exclude_users: Iterable[str] = (),
-                 include_clients: Iterable[str] = (), exclude_clients: Iterable[str] = (),
-                 include_tables: Iterable[str] = (), exclude_tables: Iterable[str] = ()):
+    def __init__(
+        self,
+        include_users: Iterable[str] = (),
+        exclude_users: Iterable[str] = (),
+        include_clients: Iterable[str] = (),
+        exclude_clients: Iterable[str] = (),
+        include_tables: Iterable[str] = (),
+        exclude_tables: Iterable[str] = (),
+    ):
         self.include_users, self.exclude_users = frozenset(include_users), frozenset(exclude_users)
         self.include_clients, self.exclude_clients = frozenset(include_clients), frozenset(exclude_clients)
         self.include_tables, self.exclude_tables = frozenset(include_tables), frozenset(exclude_tables)
         self.open: dict[int, dict[str, OpenTransaction]] = {}
-        self.completed: dict[int, dict[str, str]] = {}          # partition -> xid -> outcome
+        self.completed: dict[int, dict[str, str]] = {}  # partition -> xid -> outcome
         self.committed: dict[int, list[CommittedTransaction]] = {}  # partition -> in commit order
-        self.dlq: list[tuple[int, int, str]] = []                 # (partition, offset, reason)
+        self.dlq: list[tuple[int, int, str]] = []  # (partition, offset, reason)
         self.watermark: dict[int, int] = {}
         self.late_events: dict[int, int] = {}
         self.next_offset: dict[int, int] = {}
 
     @classmethod
-    def from_config(cls, config: Any) -> "ReferenceModel":
+    def from_config(cls, config: Any) -> ReferenceModel:
         """Take the filter sets of a processor.config.ProcessorConfig."""
-        return cls(config.include_users, config.exclude_users, config.include_clients, config.exclude_clients,
-                   config.include_tables, config.exclude_tables)
+        return cls(
+            config.include_users,
+            config.exclude_users,
+            config.include_clients,
+            config.exclude_clients,
+            config.include_tables,
+            config.exclude_tables,
+        )
 
     # ---- views -------------------------------------------------------------------------------
 
@@ -144,7 +183,7 @@ class ReferenceModel:
 
     # ---- input -------------------------------------------------------------------------------
 
-    def feed_all(self, records: Iterable[tuple[int, int, dict | bytes]]) -> "ReferenceModel":
+    def feed_all(self, records: Iterable[tuple[int, int, dict | bytes]]) -> ReferenceModel:
         for partition, offset, event in records:
             self.feed(partition, offset, event)
         return self
@@ -203,8 +242,10 @@ class ReferenceModel:
             txn.targets.clear()
 
     def _identity_excluded(self, txn: OpenTransaction, final: bool) -> bool:
-        for value, include, exclude in ((txn.user, self.include_users, self.exclude_users),
-                                        (txn.client, self.include_clients, self.exclude_clients)):
+        for value, include, exclude in (
+            (txn.user, self.include_users, self.exclude_users),
+            (txn.client, self.include_clients, self.exclude_clients),
+        ):
             if value is None:
                 if final and include:
                     return True
@@ -215,15 +256,16 @@ class ReferenceModel:
     def _table_excluded(self, table: str | None) -> bool:
         if table is None:
             return False
-        return table in self.exclude_tables or bool(self.include_tables) and table not in self.include_tables
+        return table in self.exclude_tables or (bool(self.include_tables) and table not in self.include_tables)
 
     def _change(self, partition: int, offset: int, txn: OpenTransaction, ev: dict) -> None:
         if self._table_excluded(ev["table"]):
             return
         seq = ev["seq"]
         if ev["undo"]:
-            undone = [s for s, b in txn.buffer.items()
-                      if b["op"] in ROW_OPS and b["row_id"] == ev["row_id"] and s < seq]
+            undone = [
+                s for s, b in txn.buffer.items() if b["op"] in ROW_OPS and b["row_id"] == ev["row_id"] and s < seq
+            ]
             if not undone:
                 self.dlq.append((partition, offset, f"undo_without_target: no change of row_id {ev['row_id']}"))
                 return
@@ -236,8 +278,7 @@ class ReferenceModel:
         if self._table_excluded(ev["table"]):
             return
         seq = ev["seq"]
-        candidates = [s for s, b in txn.buffer.items()
-                      if b["op"] in ROW_OPS and s < seq and _same_row(ev, b)]
+        candidates = [s for s, b in txn.buffer.items() if b["op"] in ROW_OPS and s < seq and _same_row(ev, b)]
         target = max(candidates) if candidates else None
         if target is None or txn.buffer[target]["op"] == DELETE:
             what = "no earlier change of the row" if target is None else "the row's newest change is a DELETE"
@@ -255,7 +296,7 @@ class ReferenceModel:
         index = found[-1]
         s = txn.savepoints[index][1]
         self._drop(txn, [seq for seq in txn.buffer if s < seq < r])
-        del txn.savepoints[index + 1:]  # the named savepoint itself stays, as in SQL
+        del txn.savepoints[index + 1 :]  # the named savepoint itself stays, as in SQL
 
     def _drop(self, txn: OpenTransaction, seqs: list[int]) -> None:
         """Remove buffered events, and the fragments whose target goes with them."""
@@ -292,14 +333,17 @@ class ReferenceModel:
             table_name = change["table"] or ""
             per_table[table_name] = per_table.get(table_name, 0) + 1
             changes.append(_change_event(txn, commit, change, after, len(changes) + 1, per_table[table_name]))
-        self.committed.setdefault(partition, []).append(CommittedTransaction(
-            partition, txn.xid, commit["scn"], commit["ts_ms"], commit["thread"], offset, changes))
+        self.committed.setdefault(partition, []).append(
+            CommittedTransaction(partition, txn.xid, commit["scn"], commit["ts_ms"], commit["thread"], offset, changes)
+        )
         self._finish(partition, txn.xid, COMMITTED)
 
 
 # ---- pure helpers ------------------------------------------------------------------------------
 
-_OPTIONAL_DEFAULTS = {k: v for k, v in events.raw_event("", BEGIN, 0, 0).items() if k not in ("xid", "op", "seq", "scn")}
+_OPTIONAL_DEFAULTS = {
+    k: v for k, v in events.raw_event("", BEGIN, 0, 0).items() if k not in ("xid", "op", "seq", "scn")
+}
 
 
 def check_record(event: dict | bytes) -> tuple[dict | None, str | None]:
@@ -352,17 +396,18 @@ def apply_fragment(value: str | bytes | None, fragment: dict) -> str | bytes:
     off = len(v) if fragment["lob_offset"] is None else fragment["lob_offset"]
     op = fragment["op"]
     if op == LOB_TRIM:
-        return v[:fragment["lob_length"]]
+        return v[: fragment["lob_length"]]
     if op == LOB_ERASE:
         end = min(off + fragment["lob_length"], len(v))
         return v[:off] + fill * (end - off) + v[end:] if off < end else v
     if off > len(v):
         v = v + fill * (off - len(v))
-    return v[:off] + data + v[off + len(data):]
+    return v[:off] + data + v[off + len(data) :]
 
 
-def _change_event(txn: OpenTransaction, commit: dict, change: dict, after: dict | None,
-                  total_order: int, data_collection_order: int) -> dict:
+def _change_event(
+    txn: OpenTransaction, commit: dict, change: dict, after: dict | None, total_order: int, data_collection_order: int
+) -> dict:
     return {
         "event_id": events.event_id(commit["thread"], commit["scn"], txn.xid, change["seq"]),
         "op": events.ENVELOPE_OP[change["op"]],
@@ -372,9 +417,16 @@ def _change_event(txn: OpenTransaction, commit: dict, change: dict, after: dict 
         "after": after,
         "ddl": change["ddl"],
         "source": {
-            "table": change["table"], "xid": txn.xid, "seq": change["seq"], "scn": change["scn"],
-            "commit_scn": commit["scn"], "commit_ts_ms": commit["ts_ms"], "thread": commit["thread"],
-            "user": txn.user, "row_id": change["row_id"], "attrs": change["attrs"],
+            "table": change["table"],
+            "xid": txn.xid,
+            "seq": change["seq"],
+            "scn": change["scn"],
+            "commit_scn": commit["scn"],
+            "commit_ts_ms": commit["ts_ms"],
+            "thread": commit["thread"],
+            "user": txn.user,
+            "row_id": change["row_id"],
+            "attrs": change["attrs"],
         },
         "transaction": {"id": txn.xid, "total_order": total_order, "data_collection_order": data_collection_order},
     }

@@ -9,12 +9,13 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-def run_spark_stage(bootstrap: str, workdir: Path, expected_dir: Path,
-                    topic: str = "txbuffer.changes") -> tuple[bool, list[str]]:
+def run_spark_stage(
+    bootstrap: str, workdir: Path, expected_dir: Path, topic: str = "txbuffer.changes"
+) -> tuple[bool, list[str]]:
     """Returns (ok, report lines): per-table row counts and whether they equal the generator's final state."""
     from processor.spark.job import run_job, spark_session
-    from processor.testing.lake_checks import compare_with_summary
     from processor.spark.readback import read_changelog, row_counts
+    from processor.testing.lake_checks import compare_with_summary
 
     out, ck = workdir / "spark" / "output", workdir / "spark" / "checkpoint"
     spark = spark_session(app="txbuffer-demo")
@@ -26,8 +27,10 @@ def run_spark_stage(bootstrap: str, workdir: Path, expected_dir: Path,
     diffs = compare_with_summary(out, expected_dir)
     ids = read_changelog(out, ["event_id"]).column("event_id").to_pylist()
     unique = len(ids) == len(set(ids))
-    lines = [f"  spark:      {summary['input_rows']} records in {summary['seconds']:.1f} s, {summary['batches']} "
-             f"batches; change log {len(ids)} events ({'each event_id once' if unique else 'DUPLICATE event_ids'})"]
+    lines = [
+        f"  spark:      {summary['input_rows']} records in {summary['seconds']:.1f} s, {summary['batches']} "
+        f"batches; change log {len(ids)} events ({'each event_id once' if unique else 'DUPLICATE event_ids'})"
+    ]
     lines += [f"    {table:<24} {n:>8} rows" for table, n in sorted(counts.items())]
     if diffs:
         lines.append(f"    current state DIFFERS from the expected final state: {sorted(diffs)}")

@@ -7,17 +7,42 @@ from processor.core.events import change_key, encode_change, event_id
 _ENVELOPE = {"c", "u", "d", "t", "ddl"}
 
 
-def change_event(table: str, key: dict | None, op: str, commit_scn: int, seq: int, xid: str | None = None,
-                 after: dict | None = None, before: dict | None = None, thread: int = 1,
-                 ts_ms: int = 0, total_order: int | None = None) -> dict:
+def change_event(
+    table: str,
+    key: dict | None,
+    op: str,
+    commit_scn: int,
+    seq: int,
+    xid: str | None = None,
+    after: dict | None = None,
+    before: dict | None = None,
+    thread: int = 1,
+    ts_ms: int = 0,
+    total_order: int | None = None,
+) -> dict:
     if op not in _ENVELOPE:
         raise ValueError(f"op must be one of {sorted(_ENVELOPE)}")
     xid = xid or f"x{commit_scn}"
     return {
-        "event_id": event_id(thread, commit_scn, xid, seq), "op": op, "ts_ms": ts_ms,
-        "key": key, "before": before, "after": after, "ddl": None,
-        "source": {"table": table, "xid": xid, "seq": seq, "scn": commit_scn - 1, "commit_scn": commit_scn,
-                   "commit_ts_ms": ts_ms, "thread": thread, "user": None, "row_id": None, "attrs": {}},
+        "event_id": event_id(thread, commit_scn, xid, seq),
+        "op": op,
+        "ts_ms": ts_ms,
+        "key": key,
+        "before": before,
+        "after": after,
+        "ddl": None,
+        "source": {
+            "table": table,
+            "xid": xid,
+            "seq": seq,
+            "scn": commit_scn - 1,
+            "commit_scn": commit_scn,
+            "commit_ts_ms": ts_ms,
+            "thread": thread,
+            "user": None,
+            "row_id": None,
+            "attrs": {},
+        },
         "transaction": {"id": xid, "total_order": total_order or seq, "data_collection_order": total_order or seq},
     }
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from processor.core import events
-from processor.testing.expected import dumps, read_changes, read_transactions
 from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.testing.expected import dumps, read_changes, read_transactions
 
 SAMPLE = 10  # examples kept per kind of problem
 
@@ -25,7 +25,7 @@ SAMPLE = 10  # examples kept per kind of problem
 @dataclass
 class VerifyReport:
     expected: int = 0
-    emitted: int = 0                  # change records read, before deduplication (tombstones excluded)
+    emitted: int = 0  # change records read, before deduplication (tombstones excluded)
     tombstones: int = 0
     duplicates_before_dedup: int = 0  # records whose event_id was already seen
     lost: int = 0
@@ -33,8 +33,8 @@ class VerifyReport:
     mismatches: int = 0
     order_violations: int = 0
     expected_transactions: int = 0
-    begins: int = 0                   # distinct transactions with a BEGIN record
-    ends: int = 0                     # distinct transactions with an END record
+    begins: int = 0  # distinct transactions with a BEGIN record
+    ends: int = 0  # distinct transactions with an END record
     missing_ends: int = 0
     unexpected_ends: int = 0
     end_count_mismatches: int = 0
@@ -42,8 +42,16 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.unexpected or self.mismatches or self.order_violations or self.missing_ends
-                    or self.unexpected_ends or self.end_count_mismatches or self.begins < self.ends)
+        return not (
+            self.lost
+            or self.unexpected
+            or self.mismatches
+            or self.order_violations
+            or self.missing_ends
+            or self.unexpected_ends
+            or self.end_count_mismatches
+            or self.begins < self.ends
+        )
 
     def note(self, kind: str, example: object) -> None:
         examples = self.samples.setdefault(kind, [])
@@ -66,8 +74,9 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def content_digest(op: str, table: str | None, key: dict | None, before: dict | None, after: dict | None,
-                   ddl: str | None) -> bytes:
+def content_digest(
+    op: str, table: str | None, key: dict | None, before: dict | None, after: dict | None, ddl: str | None
+) -> bytes:
     """What must match between an expected and an emitted change with the same event_id."""
     text = dumps([op, table, _sorted(key), _sorted(before), _sorted(after), ddl])
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
@@ -77,9 +86,14 @@ def _sorted(row: dict | None) -> list | None:
     return None if row is None else sorted(row.items())
 
 
-def verify(bootstrap: str, expected_dir: str | Path, changes_topic: str = "txbuffer.changes",
-           transactions_topic: str = "txbuffer.transactions", ordering: str = "partition",
-           timeout_s: float = 120.0) -> VerifyReport:
+def verify(
+    bootstrap: str,
+    expected_dir: str | Path,
+    changes_topic: str = "txbuffer.changes",
+    transactions_topic: str = "txbuffer.transactions",
+    ordering: str = "partition",
+    timeout_s: float = 120.0,
+) -> VerifyReport:
     """ordering: the processor's setting. "partition" promises per-key commit order only among
     transactions of one input partition (END records say which); "global" promises it for all."""
     if ordering not in ("partition", "global"):
@@ -87,22 +101,27 @@ def verify(bootstrap: str, expected_dir: str | Path, changes_topic: str = "txbuf
     report = VerifyReport()
     expected_counts = {f"{t['xid']}@{t['commit_scn']}": t["event_count"] for t in read_transactions(expected_dir)}
     report.expected_transactions = len(expected_counts)
-    input_partitions = _check_transactions(report, expected_counts,
-                                           read_topic(bootstrap, transactions_topic, timeout_s))
+    input_partitions = _check_transactions(
+        report, expected_counts, read_topic(bootstrap, transactions_topic, timeout_s)
+    )
 
     expected: dict[str, bytes] = {}
     for line in read_changes(expected_dir):
-        expected[line["event_id"]] = content_digest(line["op"], line["table"], line["key"], line["before"],
-                                                    line["after"], line["ddl"])
+        expected[line["event_id"]] = content_digest(
+            line["op"], line["table"], line["key"], line["before"], line["after"], line["ddl"]
+        )
     report.expected = len(expected)
     order_scope = input_partitions if ordering == "partition" else {}
     _check_changes(report, expected, read_topic(bootstrap, changes_topic, timeout_s), order_scope)
     return report
 
 
-def _check_changes(report: VerifyReport, expected: dict[str, bytes],
-                   records: Iterator[tuple[int, int, bytes | None, bytes | None]],
-                   order_scope: dict[str, int | None]) -> None:
+def _check_changes(
+    report: VerifyReport,
+    expected: dict[str, bytes],
+    records: Iterator[tuple[int, int, bytes | None, bytes | None]],
+    order_scope: dict[str, int | None],
+) -> None:
     seen: set[str] = set()
     # (output partition, Kafka key, input partition or None) -> newest (commit_scn, seq, event_id)
     last_position: dict[tuple[int, bytes | None, int | None], tuple[int, int, str]] = {}
@@ -122,8 +141,9 @@ def _check_changes(report: VerifyReport, expected: dict[str, bytes],
         if want is None:
             report.unexpected += 1
             report.note("unexpected", event_id)
-        elif want != content_digest(change["op"], source["table"], change["key"], change["before"],
-                                    change["after"], change["ddl"]):
+        elif want != content_digest(
+            change["op"], source["table"], change["key"], change["before"], change["after"], change["ddl"]
+        ):
             report.mismatches += 1
             report.note("mismatches", event_id)
         position = (source["commit_scn"], source["seq"], event_id)
@@ -140,8 +160,11 @@ def _check_changes(report: VerifyReport, expected: dict[str, bytes],
         report.note("lost", event_id)
 
 
-def _check_transactions(report: VerifyReport, expected_counts: dict[str, int],
-                        records: Iterator[tuple[int, int, bytes | None, bytes | None]]) -> dict[str, int | None]:
+def _check_transactions(
+    report: VerifyReport,
+    expected_counts: dict[str, int],
+    records: Iterator[tuple[int, int, bytes | None, bytes | None]],
+) -> dict[str, int | None]:
     """Counts BEGIN/END records into the report; returns each transaction's input partition."""
     begins: set[str] = set()
     ends: dict[str, int | None] = {}
@@ -171,8 +194,9 @@ def _check_transactions(report: VerifyReport, expected_counts: dict[str, int],
     return input_partitions
 
 
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 120.0,
-               group: str = "txbuffer-verify") -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+def read_topic(
+    bootstrap: str, topic: str, timeout_s: float = 120.0, group: str = "txbuffer-verify"
+) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every record up to the true end of each partition."""
     ends = end_offsets(bootstrap, topic, group=group)
     pending = {p for p, end in ends.items() if end > 0}

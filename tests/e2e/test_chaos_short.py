@@ -12,8 +12,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_short_kill_campaign_loses_nothing(tmp_path):
-    campaign = Campaign(events=100_000, kills=5, instances=2, seed=11, rate=4000, pause=5.0, partitions=4,
-                        open_txns=100, wipe_prob=0.2, min_wipes=1, settle_timeout=150, workdir=tmp_path)
+    campaign = Campaign(
+        events=100_000,
+        kills=5,
+        instances=2,
+        seed=11,
+        rate=4000,
+        pause=5.0,
+        partitions=4,
+        open_txns=100,
+        wipe_prob=0.2,
+        min_wipes=1,
+        settle_timeout=150,
+        workdir=tmp_path,
+    )
     out = Chaos(campaign, log=lambda *_: None).run()
     f = out.figures
     report = table(f) + f"\nsamples: {out.samples}\nunplanned exits: {out.unplanned_exits}"

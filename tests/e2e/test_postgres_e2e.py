@@ -13,12 +13,21 @@ from collections import Counter
 
 import pytest
 
-from processor.testing.lake_checks import compare_state
-from processor.spark.readback import row_counts
 from processor.sources.postgres import check_setup
+from processor.spark.readback import row_counts
+from processor.testing.lake_checks import compare_state
 from tests.integration.processor_kit import Topics, config, read_with_headers, start_processor
-from tests.integration.test_postgres_capture import (TABLES, big_transaction, commit_sentinel, db_tables, read_raw,
-                                                     setup_schema, start_capture, wait_streaming, worker)
+from tests.integration.test_postgres_capture import (
+    TABLES,
+    big_transaction,
+    commit_sentinel,
+    db_tables,
+    read_raw,
+    setup_schema,
+    start_capture,
+    wait_streaming,
+    worker,
+)
 
 psycopg2 = pytest.importorskip("psycopg2")
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,11 +59,12 @@ def postgres():
     shutil.chown(root, "postgres", "postgres") if os.geteuid() == 0 else None
     datadir, log = root / "data", root / "pg.log"
     port = free_port()
-    _as_postgres(str(PG_BIN / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres", "--no-sync",
-                 "-E", "UTF8")
-    opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c wal_level=logical "
-            "-c logical_decoding_work_mem=64kB -c max_replication_slots=10 -c max_wal_senders=10 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+    _as_postgres(str(PG_BIN / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+    opts = (
+        f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c wal_level=logical "
+        "-c logical_decoding_work_mem=64kB -c max_replication_slots=10 -c max_wal_senders=10 "
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    )
     _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(datadir), "-o", opts, "-l", str(log), "-w", "-t", "60", "start")
     try:
         yield PgCluster(port, datadir)

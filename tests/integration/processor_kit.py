@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from processor.runtime.config import ProcessorConfig, load_config
 from processor.kafka.rawtopic import RawTopicWriter
+from processor.runtime.config import ProcessorConfig, load_config
 from processor.testing.generator import WorkloadGenerator
 
 
@@ -23,21 +23,31 @@ class Topics:
     group: str
 
     @classmethod
-    def fresh(cls) -> "Topics":
+    def fresh(cls) -> Topics:
         tag = uuid.uuid4().hex[:8]
         return cls(f"raw-{tag}", f"changes-{tag}", f"transactions-{tag}", f"dlq-{tag}", f"group-{tag}")
 
 
 def config(bootstrap: str, topics: Topics, state_dir: Path, **overrides) -> ProcessorConfig:
-    return load_config(env={}, overrides={
-        "bootstrap": bootstrap, "raw_topic": topics.raw, "changes_topic": topics.changes,
-        "transactions_topic": topics.transactions, "dlq_topic": topics.dlq, "group": topics.group,
-        "outcomes_topic": topics.raw.replace("raw-", "outcomes-", 1),
-        "state_dir": state_dir, **overrides})
+    return load_config(
+        env={},
+        overrides={
+            "bootstrap": bootstrap,
+            "raw_topic": topics.raw,
+            "changes_topic": topics.changes,
+            "transactions_topic": topics.transactions,
+            "dlq_topic": topics.dlq,
+            "group": topics.group,
+            "outcomes_topic": topics.raw.replace("raw-", "outcomes-", 1),
+            "state_dir": state_dir,
+            **overrides,
+        },
+    )
 
 
-def write_workload(bootstrap: str, topic: str, expected_dir: Path, events: int, seed: int = 7,
-                   partitions: int = 4, **params) -> dict:
+def write_workload(
+    bootstrap: str, topic: str, expected_dir: Path, events: int, seed: int = 7, partitions: int = 4, **params
+) -> dict:
     workload = WorkloadGenerator(events, seed=seed, expected_dir=expected_dir, **params)
     writer = RawTopicWriter(bootstrap, topic, partitions)
     writer.write_all(workload)
@@ -46,11 +56,30 @@ def write_workload(bootstrap: str, topic: str, expected_dir: Path, events: int, 
 
 
 def run_args(cfg: ProcessorConfig) -> list[str]:
-    return [sys.executable, "-m", "processor.cli", "--log-format", "json", "run",
-            "--bootstrap", cfg.bootstrap, "--raw-topic", cfg.raw_topic, "--changes-topic", cfg.changes_topic,
-            "--transactions-topic", cfg.transactions_topic, "--dlq-topic", cfg.dlq_topic, "--group", cfg.group,
-            "--outcomes-topic", cfg.outcomes_topic,
-            "--state-dir", str(cfg.state_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "processor.cli",
+        "--log-format",
+        "json",
+        "run",
+        "--bootstrap",
+        cfg.bootstrap,
+        "--raw-topic",
+        cfg.raw_topic,
+        "--changes-topic",
+        cfg.changes_topic,
+        "--transactions-topic",
+        cfg.transactions_topic,
+        "--dlq-topic",
+        cfg.dlq_topic,
+        "--group",
+        cfg.group,
+        "--outcomes-topic",
+        cfg.outcomes_topic,
+        "--state-dir",
+        str(cfg.state_dir),
+    ]
 
 
 def start_processor(cfg: ProcessorConfig, *extra: str, log_path: Path | None = None) -> subprocess.Popen:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.testing.verify import read_topic, verify
 
-from .processor_kit import Topics, config, read_with_headers, run_args, start_processor, write_workload
+from .processor_kit import Topics, config, read_with_headers, run_args, start_processor
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +41,10 @@ R = ev.raw_event
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_DEFAULTS})
     try:
-        return {tp.partition: tp.offset
-                for tp in consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)}
+        return {
+            tp.partition: tp.offset
+            for tp in consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        }
     finally:
         consumer.close()
 
@@ -81,8 +82,9 @@ def assigned_partitions(log_path: Path, after_marker: str | None = None) -> set[
 
 def assert_exact(report) -> None:
     assert report.expected > 0
-    assert (report.lost, report.unexpected, report.mismatches, report.order_violations) == (0, 0, 0, 0), \
+    assert (report.lost, report.unexpected, report.mismatches, report.order_violations) == (0, 0, 0, 0), (
         report.summary()
+    )
     assert (report.missing_ends, report.unexpected_ends, report.end_count_mismatches) == (0, 0, 0), report.summary()
 
 
@@ -113,8 +115,9 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
 
     feed(40_000)
     logs = [tmp_path / f"instance-{i}.log" for i in range(3)]
-    procs = [start_processor(config(broker.bootstrap, topics, tmp_path / f"state-{i}"), log_path=logs[i])
-             for i in range(3)]
+    procs = [
+        start_processor(config(broker.bootstrap, topics, tmp_path / f"state-{i}"), log_path=logs[i]) for i in range(3)
+    ]
     try:
         deadline = time.monotonic() + 60
         while not all(assigned_partitions(log) for log in logs) and time.monotonic() < deadline:
@@ -132,8 +135,9 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
         feed(None)  # the rest, including work for the victim's partitions
         survivors = [p for i, p in enumerate(procs) if i != victim]
         wait_until_committed_at_end(broker.bootstrap, topics.group, topics.raw, survivors, timeout_s=180)
-        taken_over = set().union(*(assigned_partitions(logs[i], "chaos: victim killed")
-                                   for i in range(3) if i != victim))
+        taken_over = set().union(
+            *(assigned_partitions(logs[i], "chaos: victim killed") for i in range(3) if i != victim)
+        )
         assert owned[victim] <= taken_over, f"victim's partitions {owned[victim]} not taken over: {taken_over}"
         for proc in survivors:
             proc.send_signal(signal.SIGTERM)
@@ -319,7 +323,8 @@ def test_raw_topic_recreated_under_a_processor_is_not_continued_silently(broker,
     emitted = {ev.decode_change(v)["source"]["xid"] for *_, v in read_topic(broker.bootstrap, topics.changes)}
     assert resync or "t9" in emitted, (
         f"exit {code}: the recreated topic's records were skipped silently (no RESYNC_REQUIRED, t9 not "
-        f"emitted); log tail:\n{log.read_text()[-2500:]}")
+        f"emitted); log tail:\n{log.read_text()[-2500:]}"
+    )
 
 
 def test_rebuild_does_not_dead_letter_the_tail_of_a_transaction_rolled_back_above_the_low_watermark(broker, tmp_path):
@@ -330,20 +335,20 @@ def test_rebuild_does_not_dead_letter_the_tail_of_a_transaction_rolled_back_abov
     nothing may go to the DLQ as bad input."""
     topics = Topics.fresh()
     w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
-    w.write(R("t1", ev.BEGIN, 0, 1))                                                        # 0
-    w.write(R("t1", ev.SAVEPOINT, 1, 2, savepoint="sp0"))                                  # 1
-    w.write(R("t2", ev.BEGIN, 0, 3))                                                        # 2
-    w.write(R("t1", ev.INSERT, 2, 4, table="s.t", key={"id": 1}, after={"id": 1}))           # 3
-    w.write(R("t1", ev.ROLLBACK_TO_SAVEPOINT, 3, 5, savepoint="sp0"))                      # 4
-    w.write(R("t1", ev.ROLLBACK, 4, 6))                                                     # 5
-    w.write(R("t2", ev.INSERT, 1, 7, table="s.t", key={"id": 2}, after={"id": 2}))           # 6
+    w.write(R("t1", ev.BEGIN, 0, 1))  # 0
+    w.write(R("t1", ev.SAVEPOINT, 1, 2, savepoint="sp0"))  # 1
+    w.write(R("t2", ev.BEGIN, 0, 3))  # 2
+    w.write(R("t1", ev.INSERT, 2, 4, table="s.t", key={"id": 1}, after={"id": 1}))  # 3
+    w.write(R("t1", ev.ROLLBACK_TO_SAVEPOINT, 3, 5, savepoint="sp0"))  # 4
+    w.write(R("t1", ev.ROLLBACK, 4, 6))  # 5
+    w.write(R("t2", ev.INSERT, 1, 7, table="s.t", key={"id": 2}, after={"id": 2}))  # 6
     w.flush()
     log = tmp_path / "processor.log"
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
     assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 2}  # t2 open
     assert read_with_headers(broker.bootstrap, topics.dlq) == []
 
-    w.write(R("t2", ev.COMMIT, 2, 8))                                                       # 7
+    w.write(R("t2", ev.COMMIT, 2, 8))  # 7
     w.flush()
     # Failover to an empty disk: rebuilt from the committed low watermark 2.
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-b"), "--available-now", log_path=log) == 0
@@ -361,14 +366,14 @@ def test_rebuild_drops_a_late_duplicate_commit_like_the_local_store_does(broker,
     a second END for t1@3 with event_count 0. DESIGN §6.3: the same output on the same or an empty disk."""
     topics = Topics.fresh()
     w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
-    w.write(R("t1", ev.BEGIN, 0, 1))                                                        # 0
-    w.write(R("t1", ev.INSERT, 1, 2, table="s.t", key={"id": 1}, after={"id": 1}))           # 1
-    w.write(R("t1", ev.COMMIT, 2, 3))                                                       # 2
+    w.write(R("t1", ev.BEGIN, 0, 1))  # 0
+    w.write(R("t1", ev.INSERT, 1, 2, table="s.t", key={"id": 1}, after={"id": 1}))  # 1
+    w.write(R("t1", ev.COMMIT, 2, 3))  # 2
     w.flush()
     log = tmp_path / "processor.log"
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
     assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 3}
-    w.write(R("t1", ev.COMMIT, 2, 3))                                                       # 3: re-sent
+    w.write(R("t1", ev.COMMIT, 2, 3))  # 3: re-sent
     w.flush()
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-b"), "--available-now", log_path=log) == 0
     ends = [ev.decode_transaction(v) for *_, v in read_topic(broker.bootstrap, topics.transactions)]

@@ -21,8 +21,9 @@ def _run(broker, tmp_path, ordering: str):
     topics = Topics.fresh()
     expected = tmp_path / f"expected-{ordering}"
     write_workload(broker.bootstrap, topics.raw, expected, partitions=4, **HOT_KEYS)
-    cfg = config(broker.bootstrap, topics, tmp_path / f"state-{ordering}", available_now=True, ordering=ordering,
-                 max_batch=500)
+    cfg = config(
+        broker.bootstrap, topics, tmp_path / f"state-{ordering}", available_now=True, ordering=ordering, max_batch=500
+    )
     summary = Runner(cfg).run()
     # Judge both runs by the strict rule: every key's changes in commit_scn order.
     return summary, verify(broker.bootstrap, expected, topics.changes, topics.transactions, ordering="global")
@@ -35,7 +36,7 @@ def test_partition_ordering_shows_the_cross_partition_violations(broker, tmp_pat
 
 
 def test_global_ordering_keeps_every_key_in_commit_scn_order(broker, tmp_path):
-    summary, report = _run(broker, tmp_path, "global")
+    _summary, report = _run(broker, tmp_path, "global")
     assert (report.lost, report.unexpected, report.mismatches) == (0, 0, 0), report.summary()
     assert report.order_violations == 0, report.summary()
     assert (report.missing_ends, report.end_count_mismatches) == (0, 0)

@@ -10,18 +10,21 @@ import uuid
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.core import events as ev
+from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.config import ProcessorConfig
 from processor.runtime.metrics import Metrics
-from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.runner import Runner
 from processor.runtime.status import from_url
-
 from tests.enginekit import R, ins
 
 
 def by_partition(text: str, name: str) -> dict[int, float]:
-    return {int(s.labels["partition"]): s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name == name and "partition" in s.labels}
+    return {
+        int(s.labels["partition"]): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and "partition" in s.labels
+    }
 
 
 def scalar(text: str, name: str) -> float | None:
@@ -51,9 +54,16 @@ def test_metrics_endpoint_reports_open_transaction_during_a_run(broker, tmp_path
     raw = f"raw-{run_id}"
     first = write_workload(broker.bootstrap, raw)
     b_partition, b_first = first["b"]
-    cfg = ProcessorConfig(bootstrap=broker.bootstrap, raw_topic=raw, changes_topic=f"changes-{run_id}",
-                          transactions_topic=f"txns-{run_id}", dlq_topic=f"dlq-{run_id}", group=f"g-{run_id}",
-                          state_dir=tmp_path / "state", commit_interval_ms=100)
+    cfg = ProcessorConfig(
+        bootstrap=broker.bootstrap,
+        raw_topic=raw,
+        changes_topic=f"changes-{run_id}",
+        transactions_topic=f"txns-{run_id}",
+        dlq_topic=f"dlq-{run_id}",
+        group=f"g-{run_id}",
+        state_dir=tmp_path / "state",
+        commit_interval_ms=100,
+    )
     metrics = Metrics()
     port = metrics.start_server("127.0.0.1", 0)
     url = f"http://127.0.0.1:{port}/metrics"
@@ -68,9 +78,11 @@ def test_metrics_endpoint_reports_open_transaction_during_a_run(broker, tmp_path
                 with urllib.request.urlopen(url, timeout=5) as resp:
                     text = resp.read().decode()
                 # Settled = 'b' open and 'a' finished (its END acknowledged, its events dropped).
-                if (sum(by_partition(text, "txbuffer_open_transactions").values()) == 1
-                        and scalar(text, "txbuffer_changes_emitted_total") == 2
-                        and scalar(text, "txbuffer_transactions_emitted_total") == 1):
+                if (
+                    sum(by_partition(text, "txbuffer_open_transactions").values()) == 1
+                    and scalar(text, "txbuffer_changes_emitted_total") == 2
+                    and scalar(text, "txbuffer_transactions_emitted_total") == 1
+                ):
                     seen["text"] = text
                     seen["status"] = from_url(url)
                     return

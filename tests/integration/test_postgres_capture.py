@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from processor.core import events
-from processor.testing.reference import ReferenceModel
 from processor.sources.postgres import check_setup
+from processor.testing.reference import ReferenceModel
 
 psycopg2 = pytest.importorskip("psycopg2")
 pytestmark = pytest.mark.integration
@@ -31,20 +31,43 @@ TABLES = ("public.acct", "public.hist")
 
 # Runs `txbuffer capture postgres` from the command module (the console script may list commands
 # that other work has not landed yet).
-CAPTURE = ("import argparse, sys\n"
-           "from processor.logs import configure_logging\n"
-           "from processor.commands import capture_cmd\n"
-           "p = argparse.ArgumentParser(); capture_cmd.register(p.add_subparsers())\n"
-           "configure_logging('json', 'INFO')\n"
-           "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))\n")
+CAPTURE = (
+    "import argparse, sys\n"
+    "from processor.logs import configure_logging\n"
+    "from processor.commands import capture_cmd\n"
+    "p = argparse.ArgumentParser(); capture_cmd.register(p.add_subparsers())\n"
+    "configure_logging('json', 'INFO')\n"
+    "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))\n"
+)
 
 
 def start_capture(dsn: str, bootstrap: str, topic: str, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", CAPTURE, "capture", "postgres", "--dsn", dsn, "--slot", "cap", "--publication", "cap",
-           "--bootstrap", bootstrap, "--topic", topic, "--partitions", "3", "--ack-interval", "0.2",
-           "--heartbeat-interval", "0.5"]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [
+        sys.executable,
+        "-c",
+        CAPTURE,
+        "capture",
+        "postgres",
+        "--dsn",
+        dsn,
+        "--slot",
+        "cap",
+        "--publication",
+        "cap",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--partitions",
+        "3",
+        "--ack-interval",
+        "0.2",
+        "--heartbeat-interval",
+        "0.5",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
 
 
 def wait_streaming(log: Path, times: int, timeout_s: float = 30.0) -> None:
@@ -60,8 +83,10 @@ def setup_schema(dsn: str) -> None:
     conn = psycopg2.connect(dsn)
     conn.autocommit = True
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE acct (id int PRIMARY KEY, bal bigint, note text, flag bool, raw bytea, "
-                    "amount numeric(12,2), ratio float8)")
+        cur.execute(
+            "CREATE TABLE acct (id int PRIMARY KEY, bal bigint, note text, flag bool, raw bytea, "
+            "amount numeric(12,2), ratio float8)"
+        )
         cur.execute("CREATE TABLE hist (id int PRIMARY KEY, v text)")
         cur.execute("ALTER TABLE hist REPLICA IDENTITY FULL")
     conn.close()
@@ -103,17 +128,28 @@ def small_transaction(cur, rnd: random.Random, stats: Counter) -> None:
         k = rnd.randint(0, 60)  # a small shared key range: the same keys are updated and deleted often
         op = rnd.random()
         if op < 0.4:
-            cur.execute("INSERT INTO acct VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
-                        "bal = acct.bal + 1, note = EXCLUDED.note",
-                        (k, rnd.randint(-10**12, 10**12), f"n{rnd.random()}", rnd.random() < 0.5,
-                         bytes(rnd.getrandbits(8) for _ in range(4)), Decimal(rnd.randint(0, 10**6)) / 100,
-                         rnd.random()))
+            cur.execute(
+                "INSERT INTO acct VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                "bal = acct.bal + 1, note = EXCLUDED.note",
+                (
+                    k,
+                    rnd.randint(-(10**12), 10**12),
+                    f"n{rnd.random()}",
+                    rnd.random() < 0.5,
+                    bytes(rnd.getrandbits(8) for _ in range(4)),
+                    Decimal(rnd.randint(0, 10**6)) / 100,
+                    rnd.random(),
+                ),
+            )
         elif op < 0.7:
             cur.execute("UPDATE acct SET bal = bal * 2, flag = NOT flag, note = NULL WHERE id = %s", (k,))
         elif op < 0.85:
             cur.execute("DELETE FROM acct WHERE id = %s", (k,))
         else:
-            cur.execute("INSERT INTO hist VALUES (%s, %s) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v", (k, f"h{k}-{rnd.random()}"))
+            cur.execute(
+                "INSERT INTO hist VALUES (%s, %s) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+                (k, f"h{k}-{rnd.random()}"),
+            )
             if rnd.random() < 0.3:
                 cur.execute("DELETE FROM hist WHERE id = %s", (k,))
         stats["small_ops"] += 1
@@ -122,8 +158,10 @@ def small_transaction(cur, rnd: random.Random, stats: Counter) -> None:
 def big_transaction(cur, rnd: random.Random, base: int, stats: Counter) -> None:
     """Large enough (> 64kB of changes) to be streamed; nested savepoints, some rolled back."""
     pad = "x" * 150
-    cur.execute("INSERT INTO acct SELECT g, g, %s || g, true, NULL, 1.5, 0.25 FROM generate_series(%s, %s) g",
-                (pad, base, base + 399))
+    cur.execute(
+        "INSERT INTO acct SELECT g, g, %s || g, true, NULL, 1.5, 0.25 FROM generate_series(%s, %s) g",
+        (pad, base, base + 399),
+    )
     cur.execute("SAVEPOINT a")
     cur.execute("INSERT INTO hist SELECT g, %s || g FROM generate_series(%s, %s) g", (pad, base, base + 299))
     cur.execute("SAVEPOINT b")
@@ -190,8 +228,10 @@ def db_tables(dsn: str) -> dict[str, dict[str, dict]]:
             names = [d[0] for d in cur.description]
             rows = {}
             for r in cur.fetchall():
-                row = {n: (str(v) if isinstance(v, Decimal) else bytes(v) if isinstance(v, memoryview) else v)
-                       for n, v in zip(names, r)}
+                row = {
+                    n: (str(v) if isinstance(v, Decimal) else bytes(v) if isinstance(v, memoryview) else v)
+                    for n, v in zip(names, r)
+                }
                 rows[json.dumps({"id": row["id"]})] = row
             out[table] = rows
     conn.close()
@@ -273,7 +313,9 @@ def test_capture_with_restart_reproduces_the_tables(postgres, broker, tmp_path):
     streamed = {e["xid"] for _, _, e in records if e["subxid"] is not None}
     assert streamed, "no transaction was streamed before commit"
     restarted = [x for x, n in Counter(e["xid"] for _, _, e in records if e["op"] == "BEGIN").items() if n > 1]
-    print(f"streamed transactions: {len(streamed)}, transactions begun twice (re-sent after the restart): {len(restarted)}")
+    print(
+        f"streamed transactions: {len(streamed)}, transactions begun twice (re-sent after the restart): {len(restarted)}"
+    )
     assert straddler_xid in restarted, "the open transaction was not streamed again from its start after the restart"
 
     got, model = replayed_tables(records)

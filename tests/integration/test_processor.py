@@ -95,9 +95,21 @@ def test_sigkill_at_random_instants_loses_nothing(broker, tmp_path):
 
 def _wrong_schema_record() -> bytes:
     """A TransactionEvent's bytes on the raw topic: valid Avro, wrong schema."""
-    return ev.encode_transaction({"status": "END", "id": "zzz", "commit_scn": 1, "ts_ms": 0, "thread": 1,
-                                  "event_count": 3, "data_collections": None, "input_partition": 0,
-                                  "commit_offset": 5, "ordering": None, "reason": None})
+    return ev.encode_transaction(
+        {
+            "status": "END",
+            "id": "zzz",
+            "commit_scn": 1,
+            "ts_ms": 0,
+            "thread": 1,
+            "event_count": 3,
+            "data_collections": None,
+            "input_partition": 0,
+            "commit_offset": 5,
+            "ordering": None,
+            "reason": None,
+        }
+    )
 
 
 def _commit_with_string_scn(xid: str) -> bytes:
@@ -186,8 +198,10 @@ def test_exactly_once_survives_sigkill_without_duplicates(broker, tmp_path):
     """Kafka transactions: outputs and input offsets commit atomically, so even after SIGKILL a
     read_committed consumer sees every change exactly once (no dedup needed)."""
     if broker.kind != "apache-kafka":
-        pytest.skip("exactly_once needs Kafka transactions; the embedded broker (Tansu) does not honour them "
-                    "and no Docker engine is reachable for apache/kafka")
+        pytest.skip(
+            "exactly_once needs Kafka transactions; the embedded broker (Tansu) does not honour them "
+            "and no Docker engine is reachable for apache/kafka"
+        )
     topics = Topics.fresh()
     expected = tmp_path / "expected"
     write_workload(broker.bootstrap, topics.raw, expected, events=40_000, seed=23)
@@ -209,11 +223,14 @@ def test_retention_policy_abandons_old_open_transactions_with_a_dead_letter(brok
     R = ev.raw_event
     writer.write(R("old", ev.INSERT, 1, 1, ts_ms=1_000, table="s.t", key={"id": 1}, after={"id": 1}))
     for i in range(50):  # source time moves on by a minute
-        writer.write(R(f"n{i}", ev.INSERT, 1, 10 + i, ts_ms=61_000 + i, table="s.t", key={"id": 100 + i}, after={"id": i}))
+        writer.write(
+            R(f"n{i}", ev.INSERT, 1, 10 + i, ts_ms=61_000 + i, table="s.t", key={"id": 100 + i}, after={"id": i})
+        )
         writer.write(R(f"n{i}", ev.COMMIT, 2, 10 + i, ts_ms=61_000 + i))
     writer.flush()
-    cfg = config(broker.bootstrap, topics, tmp_path / "state", available_now=True, max_open_age_ms=30_000,
-                 commit_interval_ms=50)
+    cfg = config(
+        broker.bootstrap, topics, tmp_path / "state", available_now=True, max_open_age_ms=30_000, commit_interval_ms=50
+    )
     runner = Runner(cfg)
     runner.run()
     writer.write(R("old", ev.COMMIT, 2, 200, ts_ms=62_000))  # the late COMMIT

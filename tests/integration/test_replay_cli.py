@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from processor.core import events
 from processor.cli import replay as replay_cmd
+from processor.core import events
 from processor.kafka.clients import CONSUMER_DEFAULTS
 from processor.testing.reference import ReferenceModel
+
 from ..sourcekit import table_state
 
 pytestmark = pytest.mark.integration
@@ -45,12 +46,23 @@ def replay(bootstrap: str, source: str, path: Path, partitions: int = 3) -> tupl
     parser = argparse.ArgumentParser()
     replay_cmd.register(parser.add_subparsers())
     raw, dlq = f"raw-{uuid.uuid4().hex[:8]}", f"dlq-{uuid.uuid4().hex[:8]}"
-    args = parser.parse_args(["replay", source, str(path), "--bootstrap", bootstrap, "--topic", raw,
-                              "--partitions", str(partitions), "--dlq-topic", dlq])
+    args = parser.parse_args(
+        [
+            "replay",
+            source,
+            str(path),
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            raw,
+            "--partitions",
+            str(partitions),
+            "--dlq-topic",
+            dlq,
+        ]
+    )
     assert args.func(args) == 0
     return raw, dlq
-
-
 
 
 def _dec(v):
@@ -61,10 +73,13 @@ def _dec(v):
     return v
 
 
-@pytest.mark.parametrize("source, sample, expected_file", [
-    ("oracle", "oracle_logminer.csv", "oracle_logminer.expected.json"),
-    ("ibmi", "ibmi_journal.jsonl", "ibmi_journal.expected.json"),
-])
+@pytest.mark.parametrize(
+    "source, sample, expected_file",
+    [
+        ("oracle", "oracle_logminer.csv", "oracle_logminer.expected.json"),
+        ("ibmi", "ibmi_journal.jsonl", "ibmi_journal.expected.json"),
+    ],
+)
 def test_replay_writes_events_heartbeats_and_dead_letters(broker, source, sample, expected_file):
     expected = json.loads((DATA / expected_file).read_text())
     partitions = 3

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.testing.expected import apply_changes
 from processor.kafka.clients import make_producer, produce_all
 from processor.spark.job import run_job
 from processor.spark.readback import committed_changelog_files, read_changelog, read_state
+from processor.testing.expected import apply_changes
 from processor.testing.spark_synth import change_event, kafka_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -29,8 +29,9 @@ def reference(events: list[dict]) -> dict:
     """What the source tables hold: every distinct change applied in (commit_scn, seq) order."""
     unique = {e["event_id"]: e for e in events}.values()
     ordered = sorted(unique, key=lambda e: (e["source"]["commit_scn"], e["source"]["seq"]))
-    return apply_changes({"table": e["source"]["table"], "op": e["op"], "key": e["key"], "after": e["after"]}
-                         for e in ordered)
+    return apply_changes(
+        {"table": e["source"]["table"], "op": e["op"], "key": e["key"], "after": e["after"]} for e in ordered
+    )
 
 
 def produce(bootstrap: str, topic: str, events: list[dict], partition_of=None) -> None:
@@ -54,8 +55,13 @@ def workload(n_txns: int, seed: int) -> list[dict]:
                 live.pop((table, k))
             else:
                 op = "u" if (table, k) in live else "c"
-                after = {**key, "qty": rng.randint(0, 99), "price": rng.random() * 10, "blob": bytes([t % 256]),
-                         "note": None if rng.random() < 0.2 else f"t{t}"}
+                after = {
+                    **key,
+                    "qty": rng.randint(0, 99),
+                    "price": rng.random() * 10,
+                    "blob": bytes([t % 256]),
+                    "note": None if rng.random() < 0.2 else f"t{t}",
+                }
                 live[(table, k)] = after
             events.append(change_event(table, key, op, commit_scn, seq, xid=f"x{t}", after=after, total_order=seq))
     return events
@@ -89,7 +95,9 @@ def test_final_state_after_deletes_and_reinserts_of_the_same_key_and_a_truncate(
     assert read_state(out)["app.tmp"] == {'{"id":8}': {"id": 8}}
 
 
-def test_duplicated_and_cross_partition_reordered_input_yields_the_source_tables(spark, broker, changes_topic, tmp_path):
+def test_duplicated_and_cross_partition_reordered_input_yields_the_source_tables(
+    spark, broker, changes_topic, tmp_path
+):
     events = workload(120, seed=7)
     rng = random.Random(1)
     # The newer half of the commits lands first, in a different partition from the older half, so
@@ -121,14 +129,21 @@ JOB_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_change_log_has_each_event_id_once_after_the_driver_is_killed_mid_stream(spark, broker, changes_topic, tmp_path):
+def test_change_log_has_each_event_id_once_after_the_driver_is_killed_mid_stream(
+    spark, broker, changes_topic, tmp_path
+):
     events = workload(400, seed=3)
     redelivered = random.Random(5).sample(events, 100)
     produce(broker.bootstrap, changes_topic, events + redelivered)
     out, ck = tmp_path / "out", tmp_path / "ck"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.Popen([sys.executable, "-c", JOB_SCRIPT, broker.bootstrap, changes_topic, str(ck), str(out), "400"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOB_SCRIPT, broker.bootstrap, changes_topic, str(ck), str(out), "400"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         # Kill as soon as the first batch is in the change log: later batches are planned or running.
         deadline = time.monotonic() + 180

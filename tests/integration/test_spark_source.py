@@ -103,7 +103,9 @@ def test_earliest_starts_at_the_log_start_not_at_zero():
 def test_starting_offsets_outside_the_log_raise_offset_out_of_range_clearly():
     r = reader("unused:9092", "t", startingOffsets=json.dumps({"t": {"0": 10, "1": 50}}))
     r._client = _StubClient()
-    with pytest.raises(KafkaOffsetOutOfRange, match=r"OffsetOutOfRange: startingOffsets t-0@10 is outside the log \[40, 100\)"):
+    with pytest.raises(
+        KafkaOffsetOutOfRange, match=r"OffsetOutOfRange: startingOffsets t-0@10 is outside the log \[40, 100\)"
+    ):
         r.initialOffset()
     lenient = reader("unused:9092", "t", startingOffsets=json.dumps({"t": {"0": 10, "1": 50}}), failOnDataLoss="false")
     lenient._client = _StubClient()
@@ -116,8 +118,11 @@ def test_reading_offsets_removed_by_retention_raises_offset_out_of_range(broker,
 
     produce_numbered(broker.bootstrap, changes_topic, {0: 50})
     try:
-        for f in AdminClient({"bootstrap.servers": broker.bootstrap}).delete_records(
-                [TopicPartition(changes_topic, 0, 20)], request_timeout=5).values():
+        for f in (
+            AdminClient({"bootstrap.servers": broker.bootstrap})
+            .delete_records([TopicPartition(changes_topic, 0, 20)], request_timeout=5)
+            .values()
+        ):
             f.result(10)
     except (KafkaException, TimeoutError) as exc:  # Tansu drops the connection or never answers
         pytest.skip(f"broker ({broker.kind}) does not implement DeleteRecords: {type(exc).__name__} {exc}")
@@ -129,8 +134,14 @@ def test_reading_offsets_removed_by_retention_raises_offset_out_of_range(broker,
 def test_read_range_returns_exactly_the_range_with_key_value_timestamp_and_headers(broker, changes_topic):
     producer = make_producer(broker.bootstrap)
     for i in range(40):
-        producer.produce(changes_topic, key=b"k%d" % i, value=b"v%d" % i, partition=1,
-                         headers=[("trace", b"t%d" % i), ("origin", b"test")], timestamp=1_700_000_000_000 + i)
+        producer.produce(
+            changes_topic,
+            key=b"k%d" % i,
+            value=b"v%d" % i,
+            partition=1,
+            headers=[("trace", b"t%d" % i), ("origin", b"test")],
+            timestamp=1_700_000_000_000 + i,
+        )
     producer.flush(30)
     batches = list(read_range(broker.bootstrap, KafkaRange(changes_topic, 1, 5, 35), chunk=8))
     rows = [row for b in batches for row in b.to_pylist()]
@@ -146,11 +157,17 @@ def test_spark_reads_the_python_source_with_the_kafka_columns(spark, broker, cha
     from processor.spark.kafka_source import SOURCE_NAME, register
 
     events = [change_event("s.t", {"id": i}, "c", 10 + i, 1, after={"id": i}) for i in range(30)]
-    produce_all(make_producer(broker.bootstrap), changes_topic, [(*kafka_record(e), i % 3) for i, e in enumerate(events)])
+    produce_all(
+        make_producer(broker.bootstrap), changes_topic, [(*kafka_record(e), i % 3) for i, e in enumerate(events)]
+    )
     register(spark)
     got = []
-    df = (spark.readStream.format(SOURCE_NAME).option("kafka.bootstrap.servers", broker.bootstrap)
-          .option("subscribe", changes_topic).load())
+    df = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("subscribe", changes_topic)
+        .load()
+    )
     assert df.schema == KAFKA_SCHEMA
     assert df.columns[:6] == ["key", "value", "topic", "partition", "offset", "timestamp"]
     q = df.writeStream.trigger(availableNow=True).foreachBatch(lambda b, _: got.extend(b.collect())).start()
@@ -165,8 +182,10 @@ def test_native_kafka_path_gives_the_same_current_state(spark, broker, changes_t
     from processor.spark.readback import read_state
 
     if not has_native_kafka(spark):
-        pytest.skip("spark-sql-kafka is not on the classpath (Maven is unreachable here); the native "
-                    f"format('kafka') path runs with packages={DEFAULT_KAFKA_PACKAGE}")
+        pytest.skip(
+            "spark-sql-kafka is not on the classpath (Maven is unreachable here); the native "
+            f"format('kafka') path runs with packages={DEFAULT_KAFKA_PACKAGE}"
+        )
     events = [change_event("s.t", {"id": i % 5}, "u", 10 + i, 1, after={"id": i % 5, "n": i}) for i in range(20)]
     produce_all(make_producer(broker.bootstrap), changes_topic, [(*kafka_record(e), None) for e in events])
     run_job(broker.bootstrap, changes_topic, str(tmp_path / "ck"), str(tmp_path / "out"), spark=spark, native=True)

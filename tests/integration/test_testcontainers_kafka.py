@@ -69,9 +69,11 @@ def apache_kafka_container():
 
         def tc_start(self) -> None:
             host, port = self.get_container_host_ip(), self.get_exposed_port(self.port)
-            script = (f"export KAFKA_ADVERTISED_LISTENERS={self.listener_name}://{host}:{port},"
-                      f"BROKER://$(hostname -i | cut -d' ' -f1):9092\n"
-                      "exec /etc/kafka/docker/run\n")
+            script = (
+                f"export KAFKA_ADVERTISED_LISTENERS={self.listener_name}://{host}:{port},"
+                f"BROKER://$(hostname -i | cut -d' ' -f1):9092\n"
+                "exec /etc/kafka/docker/run\n"
+            )
             self.create_file(script.encode(), KafkaContainer.TC_START_SCRIPT)
 
     return ApacheKafkaContainer(KAFKA_IMAGE)
@@ -100,8 +102,9 @@ def bootstrap(request):
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"smoke-{uuid.uuid4().hex[:8]}",
-                         **CONSUMER_DEFAULTS})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"smoke-{uuid.uuid4().hex[:8]}", **CONSUMER_DEFAULTS}
+    )
     consumer.subscribe([topic])
     got = []
     deadline = time.monotonic() + timeout_s

@@ -10,13 +10,13 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from processor.core import events
-from processor.testing import expected
 from processor.cli import generate as generate_cmd
-from processor.kafka.clients import ensure_topics
-from processor.testing.reference import ReferenceModel
+from processor.core import events
 from processor.core.partitioning import fan_out, partition_of
+from processor.kafka.clients import ensure_topics
+from processor.testing import expected
 from processor.testing.generator import generate
+from processor.testing.reference import ReferenceModel
 from processor.testing.verify import read_topic, verify
 
 pytestmark = pytest.mark.integration
@@ -34,13 +34,22 @@ def row(xid, op, seq, scn, k, v):
 @pytest.fixture
 def committed():
     """Three committed transactions (t3 empty) and one rolled back, through the reference model."""
-    model = ReferenceModel().feed_all(enumerate_offsets([
-        row("t1", "INSERT", 1, 10, 1, "a"), row("t1", "INSERT", 2, 11, 2, "b"), row("t1", "INSERT", 3, 12, 3, "c"),
-        row("rb", "INSERT", 1, 13, 9, "never"),
-        ev("t1", "COMMIT", 4, 100),
-        row("t2", "UPDATE", 1, 101, 1, "a2"), row("t2", "INSERT", 2, 102, 4, "d"),
-        ev("t2", "COMMIT", 3, 200), ev("rb", "ROLLBACK", 2, 201), ev("t3", "COMMIT", 1, 300),
-    ]))
+    model = ReferenceModel().feed_all(
+        enumerate_offsets(
+            [
+                row("t1", "INSERT", 1, 10, 1, "a"),
+                row("t1", "INSERT", 2, 11, 2, "b"),
+                row("t1", "INSERT", 3, 12, 3, "c"),
+                row("rb", "INSERT", 1, 13, 9, "never"),
+                ev("t1", "COMMIT", 4, 100),
+                row("t2", "UPDATE", 1, 101, 1, "a2"),
+                row("t2", "INSERT", 2, 102, 4, "d"),
+                ev("t2", "COMMIT", 3, 200),
+                ev("rb", "ROLLBACK", 2, 201),
+                ev("t3", "COMMIT", 1, 300),
+            ]
+        )
+    )
     return model.committed[0]
 
 
@@ -107,10 +116,12 @@ def test_damage_of_every_kind_is_reported(broker, topics, committed, tmp_path):
     mismatched = {**c1, "after": {"id": 3, "v": "WRONG", "b": b"\x00\x01"}}
     rolled_back = {**a1, "event_id": "1:201:rb:1", "source": {**a1["source"], "xid": "rb", "commit_scn": 201}}
     damaged = [
-        u1, a1,           # t2's update of row 1 before t1's insert of it: an order violation
-        b1, b1,           # a duplicate
-        mismatched,       # same event_id, other content
-        rolled_back,      # emitted though rolled back
+        u1,
+        a1,  # t2's update of row 1 before t1's insert of it: an order violation
+        b1,
+        b1,  # a duplicate
+        mismatched,  # same event_id, other content
+        rolled_back,  # emitted though rolled back
         # d2 is lost
     ]
     produce(broker.bootstrap, topics[0], [change_record(c) for c in damaged] + [(b"tomb", None)])
@@ -146,9 +157,27 @@ def test_generate_command_writes_a_workload_the_reference_model_agrees_with(brok
     topic = f"raw-{uuid.uuid4().hex[:8]}"
     parser = argparse.ArgumentParser()
     generate_cmd.register(parser.add_subparsers())
-    args = parser.parse_args(["generate", "--bootstrap", broker.bootstrap, "--topic", topic, "--partitions", "3",
-                              "--events", "3000", "--open-txns", "30", "--seed", "2", "--heartbeat-every", "250",
-                              "--expected-dir", str(tmp_path)])
+    args = parser.parse_args(
+        [
+            "generate",
+            "--bootstrap",
+            broker.bootstrap,
+            "--topic",
+            topic,
+            "--partitions",
+            "3",
+            "--events",
+            "3000",
+            "--open-txns",
+            "30",
+            "--seed",
+            "2",
+            "--heartbeat-every",
+            "250",
+            "--expected-dir",
+            str(tmp_path),
+        ]
+    )
     assert args.func(args) == 0
 
     records = sorted(read_topic(broker.bootstrap, topic), key=lambda r: (r[0], r[1]))
@@ -166,7 +195,7 @@ def test_generate_command_writes_a_workload_the_reference_model_agrees_with(brok
 
 def test_partition_ordering_only_orders_transactions_of_one_input_partition(broker, topics, committed, tmp_path):
     write_expected(tmp_path, committed)
-    t1, t2, t3 = committed
+    t1, t2, _t3 = committed
     t2.partition = 1  # t2 came from another raw partition: its END says so
     (a1, b1, c1), (u1, d2) = t1.changes, t2.changes
     produce(broker.bootstrap, topics[0], [change_record(c) for c in (u1, d2, a1, b1, c1)])
@@ -174,6 +203,7 @@ def test_partition_ordering_only_orders_transactions_of_one_input_partition(brok
 
     per_partition = verify(broker.bootstrap, tmp_path, changes_topic=topics[0], transactions_topic=topics[1])
     assert per_partition.ok and per_partition.order_violations == 0, per_partition.summary()
-    strict = verify(broker.bootstrap, tmp_path, changes_topic=topics[0], transactions_topic=topics[1],
-                    ordering="global")
+    strict = verify(
+        broker.bootstrap, tmp_path, changes_topic=topics[0], transactions_topic=topics[1], ordering="global"
+    )
     assert strict.order_violations == 1 and not strict.ok

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli.run import config_from_args
 from processor.cli.app import build_parser
+from processor.cli.run import config_from_args
 from processor.runtime.config import ConfigError, ProcessorConfig, load_config
 
 
@@ -33,15 +33,18 @@ def test_csv_filters_from_the_environment():
     assert cfg.exclude_users == frozenset({"batch", "etl"}) and cfg.include_tables == frozenset({"s.a"})
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"guarantee": "maybe"}, "guarantee"),
-    ({"ordering": "random"}, "ordering"),
-    ({"max_batch": 0}, "max_batch"),
-    ({"metrics_port": 70000}, "metrics_port"),
-    ({"commit_interval_ms": "soon"}, "commit_interval_ms"),
-    ({"lost_state_policy": "ignore"}, "lost_state_policy"),
-    ({"bogus_field": 1}, "bogus_field"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"guarantee": "maybe"}, "guarantee"),
+        ({"ordering": "random"}, "ordering"),
+        ({"max_batch": 0}, "max_batch"),
+        ({"metrics_port": 70000}, "metrics_port"),
+        ({"commit_interval_ms": "soon"}, "commit_interval_ms"),
+        ({"lost_state_policy": "ignore"}, "lost_state_policy"),
+        ({"bogus_field": 1}, "bogus_field"),
+    ],
+)
 def test_bad_values_fail_naming_the_field(overrides, field):
     with pytest.raises(ConfigError, match=rf"invalid configuration: .*{field}"):
         load_config(env={}, overrides=overrides)
@@ -62,8 +65,20 @@ def test_unknown_key_in_file_and_missing_file_are_clear_errors(tmp_path):
 def test_every_field_is_a_run_flag_and_flags_reach_the_model(monkeypatch):
     for name in ProcessorConfig.model_fields:
         monkeypatch.delenv("TXBUFFER_" + name.upper(), raising=False)
-    args = build_parser().parse_args(["run", "--available-now", "--ordering", "global", "--max-batch", "7",
-                                      "--exclude-tables", "s.a,s.b", "--state-dir", "/tmp/x"])
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--available-now",
+            "--ordering",
+            "global",
+            "--max-batch",
+            "7",
+            "--exclude-tables",
+            "s.a,s.b",
+            "--state-dir",
+            "/tmp/x",
+        ]
+    )
     cfg = config_from_args(args)
     assert cfg.available_now and cfg.ordering == "global" and cfg.max_batch == 7
     assert cfg.exclude_tables == frozenset({"s.a", "s.b"}) and cfg.state_dir == Path("/tmp/x")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import copy
 import importlib
-import os
 import importlib.resources
 import importlib.util
 import json
+import os
 import re
 import shlex
 import sys
@@ -28,7 +28,8 @@ from processor.cli import app as cli
 from processor.runtime.config import ENV_PREFIX, ProcessorConfig, load_config
 
 kubernetes_validate = pytest.importorskip(
-    "kubernetes_validate", reason="kubernetes-validate (test extra) ships the Kubernetes schemas")
+    "kubernetes_validate", reason="kubernetes-validate (test extra) ships the Kubernetes schemas"
+)
 pytest.importorskip("check_jsonschema", reason="check-jsonschema (test extra) ships the Compose schema")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +51,7 @@ SPARK_IMAGES = {"txbuffer-spark:0.1.0"}
 
 # --------------------------------------------------------------------------- loading
 
+
 def compose_schema() -> dict:
     ref = importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
     return json.loads(ref.read_text(encoding="utf-8"))
@@ -58,8 +60,10 @@ def compose_schema() -> dict:
 def compose_errors(doc: dict) -> list[str]:
     schema = compose_schema()
     validator = jsonschema.validators.validator_for(schema)(schema)
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-            for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    ]
 
 
 def k8s_errors(doc: dict) -> list[str]:
@@ -69,8 +73,9 @@ def k8s_errors(doc: dict) -> list[str]:
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             where = "/".join(map(str, exc.absolute_path)) or "<root>"
-            problems.append(f"k8s {version} {doc.get('kind')}/{doc.get('metadata', {}).get('name')}: "
-                            f"{where}: {exc.message}")
+            problems.append(
+                f"k8s {version} {doc.get('kind')}/{doc.get('metadata', {}).get('name')}: {where}: {exc.message}"
+            )
     return problems
 
 
@@ -110,19 +115,32 @@ def configmap_config(tmp_path: Path) -> ProcessorConfig:
 
 # --------------------------------------------------------------------------- Compose schema
 
+
 def test_compose_file_matches_compose_specification():
     assert compose_errors(load_compose()) == []
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["services"]["processor"]["healthcheck"].__setitem__(
-        "intervall", d["services"]["processor"]["healthcheck"].pop("interval")), "intervall"),
-    (lambda d: d["services"]["spark"]["depends_on"]["processor"].__setitem__("condition", "service_healty"),
-     "service_healty"),
-    (lambda d: d["services"]["processor"].__setitem__("volume", d["services"]["processor"].pop("volumes")),
-     "volume"),
-    (lambda d: d["services"]["kafka"].__setitem__("ports", "29092:29092"), "ports"),
-], ids=["misspelled-healthcheck-key", "bad-depends-on-condition", "misspelled-service-key", "wrong-type"])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (
+            lambda d: d["services"]["processor"]["healthcheck"].__setitem__(
+                "intervall", d["services"]["processor"]["healthcheck"].pop("interval")
+            ),
+            "intervall",
+        ),
+        (
+            lambda d: d["services"]["spark"]["depends_on"]["processor"].__setitem__("condition", "service_healty"),
+            "service_healty",
+        ),
+        (
+            lambda d: d["services"]["processor"].__setitem__("volume", d["services"]["processor"].pop("volumes")),
+            "volume",
+        ),
+        (lambda d: d["services"]["kafka"].__setitem__("ports", "29092:29092"), "ports"),
+    ],
+    ids=["misspelled-healthcheck-key", "bad-depends-on-condition", "misspelled-service-key", "wrong-type"],
+)
 def test_compose_schema_rejects_an_invalid_copy(mutate, expected):
     doc = copy.deepcopy(load_compose())
     mutate(doc)
@@ -140,7 +158,9 @@ def test_compose_services_start_in_order_and_reference_declared_things():
             assert dep in services, f"{name} depends on unknown service {dep}"
             condition = spec["condition"]
             if condition == "service_healthy":
-                assert "healthcheck" in services[dep], f"{name} waits for {dep} to be healthy, but it has no healthcheck"
+                assert "healthcheck" in services[dep], (
+                    f"{name} waits for {dep} to be healthy, but it has no healthcheck"
+                )
             # A service outside a profile must not wait for one that only starts with that profile.
             if not svc.get("profiles"):
                 assert not services[dep].get("profiles"), f"{name} (default profile) depends on profiled {dep}"
@@ -167,6 +187,7 @@ def test_compose_processor_keeps_state_on_a_named_volume_and_checks_metrics():
 
 # --------------------------------------------------------------------------- Kubernetes schemas
 
+
 @pytest.mark.parametrize("name, doc", k8s_documents(), ids=[n for n, _ in k8s_documents()])
 def test_k8s_manifest_matches_api_schema(name, doc):
     assert k8s_errors(doc) == []
@@ -177,13 +198,23 @@ def test_k8s_manifests_cover_the_required_kinds():
     assert {"StatefulSet", "Service", "ConfigMap", "Secret", "PodDisruptionBudget"} <= kinds
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["spec"].__setitem__("volumeClaimTemplate", d["spec"].pop("volumeClaimTemplates")),
-     "volumeClaimTemplate"),
-    (lambda d: d["spec"]["template"]["spec"]["containers"][0].__setitem__(
-        "resource", d["spec"]["template"]["spec"]["containers"][0].pop("resources")), "resource"),
-    (lambda d: d["spec"].__setitem__("replicas", "four"), "four"),
-], ids=["misspelled-spec-key", "misspelled-container-key", "wrong-type"])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (
+            lambda d: d["spec"].__setitem__("volumeClaimTemplate", d["spec"].pop("volumeClaimTemplates")),
+            "volumeClaimTemplate",
+        ),
+        (
+            lambda d: d["spec"]["template"]["spec"]["containers"][0].__setitem__(
+                "resource", d["spec"]["template"]["spec"]["containers"][0].pop("resources")
+            ),
+            "resource",
+        ),
+        (lambda d: d["spec"].__setitem__("replicas", "four"), "four"),
+    ],
+    ids=["misspelled-spec-key", "misspelled-container-key", "wrong-type"],
+)
 def test_k8s_schema_rejects_an_invalid_copy(mutate, expected):
     doc = copy.deepcopy(statefulset())
     mutate(doc)
@@ -200,8 +231,9 @@ def test_statefulset_has_a_volume_per_replica_and_sized_resources(tmp_path):
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts[claim["metadata"]["name"]] == str(cfg.state_dir)
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
-    assert sts["spec"]["serviceName"] in {d["metadata"]["name"] for d in k8s_by_kind("Service")
-                                          if d["spec"].get("clusterIP") == "None"}
+    assert sts["spec"]["serviceName"] in {
+        d["metadata"]["name"] for d in k8s_by_kind("Service") if d["spec"].get("clusterIP") == "None"
+    }
     assert container["resources"] == {
         "requests": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
         "limits": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "1Gi"},
@@ -214,7 +246,9 @@ def test_metrics_port_agrees_across_config_pod_and_services(tmp_path):
     assert cfg.metrics_host == "0.0.0.0", "the endpoint must listen beyond loopback to be scraped"
     (port,) = processor_container()["ports"]
     assert port["containerPort"] == cfg.metrics_port
-    metrics_services = [s for s in k8s_by_kind("Service") if s["metadata"].get("annotations", {}).get("prometheus.io/scrape")]
+    metrics_services = [
+        s for s in k8s_by_kind("Service") if s["metadata"].get("annotations", {}).get("prometheus.io/scrape")
+    ]
     assert metrics_services, "no Service carries the Prometheus scrape annotations"
     for svc in metrics_services:
         assert svc["metadata"]["annotations"]["prometheus.io/port"] == str(cfg.metrics_port)
@@ -241,17 +275,63 @@ def test_secret_holds_placeholders_only():
 
 # spec fields of sparkoperator.k8s.io/v1beta2 SparkApplication used or plausibly used here.
 SPARK_APP_SPEC_FIELDS = {
-    "type", "pythonVersion", "mode", "image", "imagePullPolicy", "imagePullSecrets", "mainClass",
-    "mainApplicationFile", "arguments", "sparkVersion", "sparkConf", "hadoopConf", "sparkConfigMap",
-    "hadoopConfigMap", "deps", "driver", "executor", "restartPolicy", "volumes", "nodeSelector",
-    "timeToLiveSeconds", "batchScheduler", "dynamicAllocation", "monitoring", "proxyUser",
-    "failureRetries", "retryInterval", "memoryOverheadFactor", "sparkUIOptions", "driverIngressOptions",
+    "type",
+    "pythonVersion",
+    "mode",
+    "image",
+    "imagePullPolicy",
+    "imagePullSecrets",
+    "mainClass",
+    "mainApplicationFile",
+    "arguments",
+    "sparkVersion",
+    "sparkConf",
+    "hadoopConf",
+    "sparkConfigMap",
+    "hadoopConfigMap",
+    "deps",
+    "driver",
+    "executor",
+    "restartPolicy",
+    "volumes",
+    "nodeSelector",
+    "timeToLiveSeconds",
+    "batchScheduler",
+    "dynamicAllocation",
+    "monitoring",
+    "proxyUser",
+    "failureRetries",
+    "retryInterval",
+    "memoryOverheadFactor",
+    "sparkUIOptions",
+    "driverIngressOptions",
 }
 SPARK_APP_POD_FIELDS = {
-    "cores", "coreLimit", "coreRequest", "memory", "memoryOverhead", "instances", "serviceAccount",
-    "env", "envFrom", "labels", "annotations", "volumeMounts", "affinity", "tolerations", "securityContext",
-    "podSecurityContext", "nodeSelector", "image", "javaOptions", "initContainers", "sidecars",
-    "deleteOnTermination", "terminationGracePeriodSeconds", "priorityClassName", "schedulerName",
+    "cores",
+    "coreLimit",
+    "coreRequest",
+    "memory",
+    "memoryOverhead",
+    "instances",
+    "serviceAccount",
+    "env",
+    "envFrom",
+    "labels",
+    "annotations",
+    "volumeMounts",
+    "affinity",
+    "tolerations",
+    "securityContext",
+    "podSecurityContext",
+    "nodeSelector",
+    "image",
+    "javaOptions",
+    "initContainers",
+    "sidecars",
+    "deleteOnTermination",
+    "terminationGracePeriodSeconds",
+    "priorityClassName",
+    "schedulerName",
 }
 
 
@@ -277,6 +357,7 @@ def test_spark_submit_script_targets_the_built_image_and_service_account():
 
 
 # --------------------------------------------------------------------------- images
+
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_dockerfile_is_pinned_multistage_and_non_root(path):
@@ -309,6 +390,7 @@ def test_dockerignore_keeps_the_build_context_small():
 
 
 # --------------------------------------------------------------------------- cross-file consistency
+
 
 def txbuffer_env_names() -> dict[str, set[str]]:
     """TXBUFFER_* name -> files that set it."""
@@ -349,7 +431,7 @@ def test_every_txbuffer_env_var_names_a_config_field():
 
 
 def test_compose_env_values_validate_as_config():
-    for name, svc in load_compose()["services"].items():
+    for _name, svc in load_compose()["services"].items():
         env = {k: str(v) for k, v in (svc.get("environment") or {}).items() if k.startswith(ENV_PREFIX)}
         env = {k: v for k, v in env.items() if k not in NON_CONFIG_ENV}
         if env:
@@ -364,11 +446,13 @@ def test_configmap_config_yaml_loads_with_load_config(tmp_path):
 
 # --------------------------------------------------------------------------- CLI arguments in the manifests
 
+
 def _env_dict(env) -> dict[str, str]:
     if isinstance(env, dict):
         return {k: str(v) for k, v in env.items()}
-    return {e["name"]: str(e.get("value", "")) for e in env or [] if isinstance(e, dict)} or \
-        dict(item.split("=", 1) for item in env or [] if isinstance(item, str) and "=" in item)
+    return {e["name"]: str(e.get("value", "")) for e in env or [] if isinstance(e, dict)} or dict(
+        item.split("=", 1) for item in env or [] if isinstance(item, str) and "=" in item
+    )
 
 
 def cli_invocations() -> list[tuple[str, list[str], dict[str, str]]]:
@@ -412,11 +496,14 @@ def test_manifest_command_lines_parse_with_the_cli(where, argv, env, monkeypatch
     try:
         parser.parse_args(argv)
     except SystemExit as exc:
-        pytest.fail(f"{where}: `txbuffer {shlex.join(argv)}` is rejected by the CLI: {capsys.readouterr().err}"
-                    f" (exit {exc.code})")
+        pytest.fail(
+            f"{where}: `txbuffer {shlex.join(argv)}` is rejected by the CLI: {capsys.readouterr().err}"
+            f" (exit {exc.code})"
+        )
 
 
 # --------------------------------------------------------------------------- sizing arithmetic
+
 
 def sizing_module():
     spec = importlib.util.spec_from_file_location("deploy_sizing", ROOT / "deploy" / "sizing.py")

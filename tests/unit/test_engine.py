@@ -28,8 +28,14 @@ def buffered_keys(store):
 
 def test_commit_emits_changes_in_seq_order_with_commit_position(store):
     run = new_run(store)
-    run.feed(R("a", ev.BEGIN, 0, 1), ins("a", 2, 1), ins("b", 1, 5), ins("a", 1, 2), upd("a", 3, 1),
-             R("a", ev.COMMIT, 4, 50, ts_ms=777, thread=2))
+    run.feed(
+        R("a", ev.BEGIN, 0, 1),
+        ins("a", 2, 1),
+        ins("b", 1, 5),
+        ins("a", 1, 2),
+        upd("a", 3, 1),
+        R("a", ev.COMMIT, 4, 50, ts_ms=777, thread=2),
+    )
     assert seqs(run) == [1, 2, 3]
     first = run.changes[0]
     assert first["source"]["commit_scn"] == 50 and first["source"]["commit_ts_ms"] == 777
@@ -40,8 +46,9 @@ def test_commit_emits_changes_in_seq_order_with_commit_position(store):
 
 def test_transaction_records_begin_then_end_with_counts_per_table(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, table="s.x"), ins("a", 2, 2, table="s.y"), ins("a", 3, 3, table="s.x"),
-             R("a", ev.COMMIT, 4, 9))
+    run.feed(
+        ins("a", 1, 1, table="s.x"), ins("a", 2, 2, table="s.y"), ins("a", 3, 3, table="s.x"), R("a", ev.COMMIT, 4, 9)
+    )
     begin, end = run.transactions
     assert begin["status"] == "BEGIN" and begin["event_count"] is None
     assert end["status"] == "END" and end["event_count"] == 3
@@ -75,32 +82,55 @@ def test_committed_transaction_keys_are_deleted_after_acknowledgement(store):
 
 def test_repeated_begin_restarts_the_transaction(store):
     run = new_run(store)
-    run.feed(R("a", ev.BEGIN, 0), ins("a", 1, 1), ins("a", 2, 2), R("a", ev.BEGIN, 0), ins("a", 1, 3),
-             R("a", ev.COMMIT, 2))
+    run.feed(
+        R("a", ev.BEGIN, 0), ins("a", 1, 1), ins("a", 2, 2), R("a", ev.BEGIN, 0), ins("a", 1, 3), R("a", ev.COMMIT, 2)
+    )
     assert [c["key"]["id"] for c in run.changes] == [3]
     assert run.engine.stats.restarts == 1
 
 
 def test_rollback_to_savepoint_drops_changes_after_it(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1), R("a", ev.SAVEPOINT, 2, savepoint="s1"), ins("a", 3, 2), ins("a", 4, 3),
-             R("a", ev.ROLLBACK_TO_SAVEPOINT, 5, savepoint="s1"), ins("a", 6, 4), R("a", ev.COMMIT, 7))
+    run.feed(
+        ins("a", 1, 1),
+        R("a", ev.SAVEPOINT, 2, savepoint="s1"),
+        ins("a", 3, 2),
+        ins("a", 4, 3),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 5, savepoint="s1"),
+        ins("a", 6, 4),
+        R("a", ev.COMMIT, 7),
+    )
     assert seqs(run) == [1, 6]
 
 
 def test_rollback_to_outer_savepoint_drops_inner_changes(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1), R("a", ev.SAVEPOINT, 2, savepoint="outer"), ins("a", 3, 2),
-             R("a", ev.SAVEPOINT, 4, savepoint="inner"), ins("a", 5, 3),
-             R("a", ev.ROLLBACK_TO_SAVEPOINT, 6, savepoint="inner"), ins("a", 7, 4),
-             R("a", ev.ROLLBACK_TO_SAVEPOINT, 8, savepoint="outer"), ins("a", 9, 5), R("a", ev.COMMIT, 10))
+    run.feed(
+        ins("a", 1, 1),
+        R("a", ev.SAVEPOINT, 2, savepoint="outer"),
+        ins("a", 3, 2),
+        R("a", ev.SAVEPOINT, 4, savepoint="inner"),
+        ins("a", 5, 3),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 6, savepoint="inner"),
+        ins("a", 7, 4),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 8, savepoint="outer"),
+        ins("a", 9, 5),
+        R("a", ev.COMMIT, 10),
+    )
     assert seqs(run) == [1, 9]
 
 
 def test_savepoint_stays_after_rollback_to_it(store):
     run = new_run(store)
-    run.feed(R("a", ev.SAVEPOINT, 1, savepoint="s"), ins("a", 2, 1), R("a", ev.ROLLBACK_TO_SAVEPOINT, 3, savepoint="s"),
-             ins("a", 4, 2), R("a", ev.ROLLBACK_TO_SAVEPOINT, 5, savepoint="s"), ins("a", 6, 3), R("a", ev.COMMIT, 7))
+    run.feed(
+        R("a", ev.SAVEPOINT, 1, savepoint="s"),
+        ins("a", 2, 1),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 3, savepoint="s"),
+        ins("a", 4, 2),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 5, savepoint="s"),
+        ins("a", 6, 3),
+        R("a", ev.COMMIT, 7),
+    )
     assert seqs(run) == [6]
 
 
@@ -113,8 +143,15 @@ def test_rollback_to_unknown_savepoint_is_dead_lettered_and_drops_nothing(store)
 
 def test_subtransaction_abort_drops_only_that_subtransaction(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1), ins("a", 2, 2, subxid="s1"), ins("a", 3, 3, subxid="s2"), ins("a", 4, 4, subxid="s1"),
-             R("a", ev.SUBTXN_ABORT, 5, subxid="s1"), ins("a", 6, 5, subxid="s1"), R("a", ev.COMMIT, 7))
+    run.feed(
+        ins("a", 1, 1),
+        ins("a", 2, 2, subxid="s1"),
+        ins("a", 3, 3, subxid="s2"),
+        ins("a", 4, 4, subxid="s1"),
+        R("a", ev.SUBTXN_ABORT, 5, subxid="s1"),
+        ins("a", 6, 5, subxid="s1"),
+        R("a", ev.COMMIT, 7),
+    )
     assert seqs(run) == [1, 3, 6]
 
 
@@ -127,25 +164,40 @@ def test_subtransaction_abort_of_the_top_xid_is_a_rollback(store):
 
 def test_undo_row_removes_newest_earlier_change_with_that_row_id(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, row_id="AAA"), upd("a", 2, 1, row_id="AAA"), ins("a", 3, 2, row_id="BBB"),
-             R("a", ev.UPDATE, 4, table="s.t", key={"id": 1}, undo=True, row_id="AAA"), R("a", ev.COMMIT, 5))
+    run.feed(
+        ins("a", 1, 1, row_id="AAA"),
+        upd("a", 2, 1, row_id="AAA"),
+        ins("a", 3, 2, row_id="BBB"),
+        R("a", ev.UPDATE, 4, table="s.t", key={"id": 1}, undo=True, row_id="AAA"),
+        R("a", ev.COMMIT, 5),
+    )
     assert seqs(run) == [1, 3]
     assert run.engine.stats.undone == 1
 
 
 def test_two_undo_rows_remove_two_changes_newest_first(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, row_id="AAA"), upd("a", 2, 1, row_id="AAA"),
-             R("a", ev.UPDATE, 3, undo=True, row_id="AAA"), R("a", ev.DELETE, 4, undo=True, row_id="AAA"),
-             R("a", ev.COMMIT, 5))
+    run.feed(
+        ins("a", 1, 1, row_id="AAA"),
+        upd("a", 2, 1, row_id="AAA"),
+        R("a", ev.UPDATE, 3, undo=True, row_id="AAA"),
+        R("a", ev.DELETE, 4, undo=True, row_id="AAA"),
+        R("a", ev.COMMIT, 5),
+    )
     assert run.changes == []
 
 
 def test_undo_skips_changes_already_rolled_back_to_a_savepoint(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, row_id="AAA"), R("a", ev.SAVEPOINT, 2, savepoint="s"), upd("a", 3, 1, row_id="AAA"),
-             R("a", ev.ROLLBACK_TO_SAVEPOINT, 4, savepoint="s"), R("a", ev.UPDATE, 5, undo=True, row_id="AAA"),
-             ins("a", 6, 2), R("a", ev.COMMIT, 7))
+    run.feed(
+        ins("a", 1, 1, row_id="AAA"),
+        R("a", ev.SAVEPOINT, 2, savepoint="s"),
+        upd("a", 3, 1, row_id="AAA"),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 4, savepoint="s"),
+        R("a", ev.UPDATE, 5, undo=True, row_id="AAA"),
+        ins("a", 6, 2),
+        R("a", ev.COMMIT, 7),
+    )
     assert seqs(run) == [6]
 
 
@@ -162,70 +214,95 @@ def _lob(op, xid, seq, pk, **fields):
 
 def test_lob_write_appends_and_writes_at_offsets_with_padding(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, after={"id": 1, "doc": None}),
-             _lob(ev.LOB_WRITE, "a", 2, 1, lob_data="hello"),
-             _lob(ev.LOB_WRITE, "a", 3, 1, lob_offset=0, lob_data="J"),
-             _lob(ev.LOB_WRITE, "a", 4, 1, lob_offset=8, lob_data="!"),
-             R("a", ev.COMMIT, 5))
+    run.feed(
+        ins("a", 1, 1, after={"id": 1, "doc": None}),
+        _lob(ev.LOB_WRITE, "a", 2, 1, lob_data="hello"),
+        _lob(ev.LOB_WRITE, "a", 3, 1, lob_offset=0, lob_data="J"),
+        _lob(ev.LOB_WRITE, "a", 4, 1, lob_offset=8, lob_data="!"),
+        R("a", ev.COMMIT, 5),
+    )
     assert len(run.changes) == 1
     assert run.changes[0]["after"]["doc"] == "Jello   !"
 
 
 def test_lob_erase_and_trim_follow_oracle_semantics(store):
     run = new_run(store)
-    run.feed(upd("a", 1, 1, after={"id": 1, "doc": "abcdefgh"}),
-             _lob(ev.LOB_ERASE, "a", 2, 1, lob_offset=2, lob_length=3),
-             _lob(ev.LOB_TRIM, "a", 3, 1, lob_length=6),
-             R("a", ev.COMMIT, 4))
+    run.feed(
+        upd("a", 1, 1, after={"id": 1, "doc": "abcdefgh"}),
+        _lob(ev.LOB_ERASE, "a", 2, 1, lob_offset=2, lob_length=3),
+        _lob(ev.LOB_TRIM, "a", 3, 1, lob_length=6),
+        R("a", ev.COMMIT, 4),
+    )
     assert run.changes[0]["after"]["doc"] == "ab   f"
 
 
 def test_blob_fragments_pad_with_zero_bytes(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, after={"id": 1}),
-             _lob(ev.LOB_WRITE, "a", 2, 1, lob_offset=2, lob_data=b"\x01\x02"),
-             R("a", ev.COMMIT, 3))
+    run.feed(
+        ins("a", 1, 1, after={"id": 1}),
+        _lob(ev.LOB_WRITE, "a", 2, 1, lob_offset=2, lob_data=b"\x01\x02"),
+        R("a", ev.COMMIT, 3),
+    )
     assert run.changes[0]["after"]["doc"] == b"\x00\x00\x01\x02"
 
 
 def test_xml_and_long_string_fragments_append(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, after={"id": 1}),
-             R("a", ev.XML_WRITE, 2, table="s.t", key={"id": 1}, lob_column="x", lob_data="<a>"),
-             R("a", ev.XML_WRITE, 3, table="s.t", key={"id": 1}, lob_column="x", lob_data="</a>"),
-             R("a", ev.LONG_STRING_WRITE, 4, table="s.t", key={"id": 1}, lob_column="l", lob_data="long"),
-             R("a", ev.COMMIT, 5))
+    run.feed(
+        ins("a", 1, 1, after={"id": 1}),
+        R("a", ev.XML_WRITE, 2, table="s.t", key={"id": 1}, lob_column="x", lob_data="<a>"),
+        R("a", ev.XML_WRITE, 3, table="s.t", key={"id": 1}, lob_column="x", lob_data="</a>"),
+        R("a", ev.LONG_STRING_WRITE, 4, table="s.t", key={"id": 1}, lob_column="l", lob_data="long"),
+        R("a", ev.COMMIT, 5),
+    )
     assert run.changes[0]["after"] == {"id": 1, "x": "<a></a>", "l": "long"}
 
 
 def test_fragment_targets_the_newest_change_of_its_row_not_of_the_transaction(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, row_id="R1", after={"id": 1}), ins("a", 2, 2, row_id="R2", after={"id": 2}),
-             R("a", ev.LOB_WRITE, 3, table="s.t", row_id="R1", lob_column="doc", lob_data="one"),
-             R("a", ev.COMMIT, 4))
+    run.feed(
+        ins("a", 1, 1, row_id="R1", after={"id": 1}),
+        ins("a", 2, 2, row_id="R2", after={"id": 2}),
+        R("a", ev.LOB_WRITE, 3, table="s.t", row_id="R1", lob_column="doc", lob_data="one"),
+        R("a", ev.COMMIT, 4),
+    )
     assert [c["after"] for c in run.changes] == [{"id": 1, "doc": "one"}, {"id": 2}]
 
 
 def test_fragment_rolled_back_with_its_savepoint_is_not_merged(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1, after={"id": 1}), R("a", ev.SAVEPOINT, 2, savepoint="s"),
-             _lob(ev.LOB_WRITE, "a", 3, 1, lob_data="gone"), R("a", ev.ROLLBACK_TO_SAVEPOINT, 4, savepoint="s"),
-             R("a", ev.COMMIT, 5))
+    run.feed(
+        ins("a", 1, 1, after={"id": 1}),
+        R("a", ev.SAVEPOINT, 2, savepoint="s"),
+        _lob(ev.LOB_WRITE, "a", 3, 1, lob_data="gone"),
+        R("a", ev.ROLLBACK_TO_SAVEPOINT, 4, savepoint="s"),
+        R("a", ev.COMMIT, 5),
+    )
     assert run.changes[0]["after"] == {"id": 1}
 
 
 def test_fragment_without_preceding_change_is_dead_lettered(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 2), _lob(ev.LOB_WRITE, "a", 2, 1, lob_data="x"), dele("a", 3, 3),
-             _lob(ev.LOB_WRITE, "a", 4, 3, lob_data="x"), R("a", ev.COMMIT, 5))
+    run.feed(
+        ins("a", 1, 2),
+        _lob(ev.LOB_WRITE, "a", 2, 1, lob_data="x"),
+        dele("a", 3, 3),
+        _lob(ev.LOB_WRITE, "a", 4, 3, lob_data="x"),
+        R("a", ev.COMMIT, 5),
+    )
     assert len(run.dead) == 2 and all("no preceding" in d.reason for d in run.dead)
     assert seqs(run) == [1, 3]
 
 
 def test_excluded_user_filters_the_whole_transaction_without_buffering(store):
     run = new_run(store, Filters(exclude_users=frozenset({"batch"})))
-    run.feed(R("a", ev.BEGIN, 0, user="batch"), ins("a", 1, 1), ins("b", 1, 2, user="app"),
-             R("a", ev.COMMIT, 2), R("b", ev.COMMIT, 2))
+    run.feed(
+        R("a", ev.BEGIN, 0, user="batch"),
+        ins("a", 1, 1),
+        ins("b", 1, 2, user="app"),
+        R("a", ev.COMMIT, 2),
+        R("b", ev.COMMIT, 2),
+    )
     assert [c["source"]["xid"] for c in run.changes] == ["b"]
     assert [t["id"] for t in run.transactions] == ["b", "b"]
     assert run.engine.stats.filtered_txns == 1 and run.engine.stats.filtered_changes == 1
@@ -245,8 +322,15 @@ def test_excluded_table_changes_are_not_buffered(store):
 
 def test_events_of_finished_transactions_are_dropped_and_counted(store):
     run = new_run(store)
-    run.feed(ins("a", 1, 1), R("a", ev.COMMIT, 2), ins("a", 3, 9), R("a", ev.COMMIT, 2), R("b", ev.ROLLBACK, 1),
-             ins("b", 2, 3), R("b", ev.BEGIN, 0))
+    run.feed(
+        ins("a", 1, 1),
+        R("a", ev.COMMIT, 2),
+        ins("a", 3, 9),
+        R("a", ev.COMMIT, 2),
+        R("b", ev.ROLLBACK, 1),
+        ins("b", 2, 3),
+        R("b", ev.BEGIN, 0),
+    )
     assert seqs(run) == [1]
     assert run.engine.stats.late_events == 4
     assert [t["status"] for t in run.transactions] == ["BEGIN", "END"]
@@ -261,8 +345,11 @@ def test_commit_without_begin_or_changes_is_an_empty_transaction(store):
 
 def test_truncate_and_ddl_are_emitted_as_t_and_ddl(store):
     run = new_run(store)
-    run.feed(R("a", ev.DDL, 1, ddl="ALTER TABLE s.t ADD c INT", table="s.t"), R("a", ev.TRUNCATE, 2, table="s.t"),
-             R("a", ev.COMMIT, 3))
+    run.feed(
+        R("a", ev.DDL, 1, ddl="ALTER TABLE s.t ADD c INT", table="s.t"),
+        R("a", ev.TRUNCATE, 2, table="s.t"),
+        R("a", ev.COMMIT, 3),
+    )
     assert [c["op"] for c in run.changes] == ["ddl", "t"]
     assert run.changes[0]["ddl"] == "ALTER TABLE s.t ADD c INT"
 
@@ -273,15 +360,18 @@ def test_redelivered_change_with_same_seq_is_idempotent(store):
     assert seqs(run) == [1]
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (b"\xff\xff\xff\xff", "undecodable"),
-    (b"", "empty"),
-    (ev.encode_raw(ev.raw_event("a", ev.INSERT, 1, 1)) + b"\x00", "trailing"),
-    (ev.encode_raw(ev.raw_event("a", ev.INSERT, 1, 1, key={"id": 1})), "without table"),
-    (ev.encode_raw(ev.raw_event("a", ev.INSERT, -3, 1, table="s.t", key={"id": 1})), "negative seq"),
-    (ev.encode_raw(ev.raw_event("a", ev.SUBTXN_ABORT, 1, 1)), "without subxid"),
-    (ev.encode_raw(ev.raw_event("a", ev.LOB_TRIM, 1, 1, table="s.t", key={"id": 1}, lob_column="c")), "lob_length"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (b"\xff\xff\xff\xff", "undecodable"),
+        (b"", "empty"),
+        (ev.encode_raw(ev.raw_event("a", ev.INSERT, 1, 1)) + b"\x00", "trailing"),
+        (ev.encode_raw(ev.raw_event("a", ev.INSERT, 1, 1, key={"id": 1})), "without table"),
+        (ev.encode_raw(ev.raw_event("a", ev.INSERT, -3, 1, table="s.t", key={"id": 1})), "negative seq"),
+        (ev.encode_raw(ev.raw_event("a", ev.SUBTXN_ABORT, 1, 1)), "without subxid"),
+        (ev.encode_raw(ev.raw_event("a", ev.LOB_TRIM, 1, 1, table="s.t", key={"id": 1}, lob_column="c")), "lob_length"),
+    ],
+)
 def test_malformed_events_are_dead_lettered_and_processing_continues(store, bad, reason):
     run = new_run(store)
     run.feed(ins("a", 1, 1), bad, ins("a", 2, 2), R("a", ev.COMMIT, 3))
@@ -307,16 +397,22 @@ def test_heartbeat_advances_the_watermark_only(store):
 def test_restore_resumes_open_and_unacknowledged_transactions(store):
     run = new_run(store)
     run.sink.auto_ack = False
-    run.feed(ins("a", 1, 1), ins("a", 2, 2), ins("b", 1, 3), R("b", ev.SAVEPOINT, 2, savepoint="s"), ins("a", 3, 4),
-             R("a", ev.COMMIT, 4, 99))
+    run.feed(
+        ins("a", 1, 1),
+        ins("a", 2, 2),
+        ins("b", 1, 3),
+        R("b", ev.SAVEPOINT, 2, savepoint="s"),
+        ins("a", 3, 4),
+        R("a", ev.COMMIT, 4, 99),
+    )
     # One change acknowledged, then the process dies.
     run.sink.unacked.popleft()(None)  # BEGIN
     run.sink.unacked.popleft()(None)  # change seq 1
     run.engine.checkpoint()
 
     from processor.core.engine import PartitionEngine
-    from processor.testing.memsink import MemorySink
     from processor.runtime.emitter import Emitter
+    from processor.testing.memsink import MemorySink
 
     restored = PartitionEngine.restore(0, store)
     assert restored.next_offset == run.engine.next_offset

@@ -12,18 +12,19 @@ from hypothesis import event as note
 from hypothesis import strategies as st
 
 from processor.core import events as ev
+from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
+from processor.core.ordering import GlobalOrder
+from processor.core.partitioning import fan_out
+from processor.runtime.emitter import Emitter
 from processor.store.memory import MemoryStore
 from processor.store.rocks import RocksStore
-from processor.runtime.emitter import Emitter
-from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
-from processor.testing.memsink import MemorySink
-from processor.core.ordering import GlobalOrder
-from processor.testing.reference import ReferenceModel
-from processor.core.partitioning import fan_out
 from processor.testing.generator import WorkloadGenerator
+from processor.testing.memsink import MemorySink
+from processor.testing.reference import ReferenceModel
 
-SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                      HealthCheck.function_scoped_fixture])
+SLOW = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 def run_engine(feed: list[tuple[int, int, dict]], store_factory, filters=Filters(), batch: int = 7):
@@ -34,7 +35,7 @@ def run_engine(feed: list[tuple[int, int, dict]], store_factory, filters=Filters
     dead = []
     for i in range(0, len(feed), batch):
         committed = []
-        for p, offset, event in feed[i:i + batch]:
+        for p, offset, event in feed[i : i + batch]:
             engine = engines.get(p) or engines.setdefault(p, PartitionEngine(p, store_factory(), filters))
             for action in engine.apply(offset, event["xid"].encode(), ev.encode_raw(event)):
                 if isinstance(action, Committed):
@@ -77,8 +78,9 @@ def assert_same_output(sink: MemorySink, model: ReferenceModel, feed) -> None:
     assert sorted(got, key=lambda c: c["event_id"]) == sorted(expected, key=lambda c: c["event_id"])
     ends = [t for t in sink.transaction_events() if t["status"] == "END"]
     expected_ends = [t.end_record() for p in sorted(model.committed) for t in model.committed[p]]
-    assert sorted((e["id"], e["event_count"], str(e["data_collections"])) for e in ends) == \
-        sorted((e["id"], e["event_count"], str(e["data_collections"])) for e in expected_ends)
+    assert sorted((e["id"], e["event_count"], str(e["data_collections"])) for e in ends) == sorted(
+        (e["id"], e["event_count"], str(e["data_collections"])) for e in expected_ends
+    )
 
 
 # --------------------------------------------------------------------------- adversarial sequences
@@ -99,8 +101,27 @@ def op_sequences(draw):
         seqs[xid] += 1
         scn += 1
         seq = seqs[xid]
-        kind = draw(st.sampled_from(["ins", "upd", "del", "ins", "upd", "sp", "rbsp", "sub", "abort", "undo",
-                                     "lob", "commit", "rollback", "begin", "hb"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "ins",
+                    "upd",
+                    "del",
+                    "ins",
+                    "upd",
+                    "sp",
+                    "rbsp",
+                    "sub",
+                    "abort",
+                    "undo",
+                    "lob",
+                    "commit",
+                    "rollback",
+                    "begin",
+                    "hb",
+                ]
+            )
+        )
         pk = draw(st.integers(1, 3))
         row = {"row_id": ROWS[pk - 1], "table": "s.t", "key": {"id": pk}}
         sub = draw(st.sampled_from([None, None, "s1", "s2"]))
@@ -122,9 +143,17 @@ def op_sequences(draw):
             e = ev.raw_event(xid, ev.UPDATE, seq, scn, undo=True, **row)
         elif kind == "lob":
             op = draw(st.sampled_from([ev.LOB_WRITE, ev.LOB_ERASE, ev.LOB_TRIM, ev.XML_WRITE]))
-            e = ev.raw_event(xid, op, seq, scn, lob_column="doc", lob_data=draw(st.sampled_from(["ab", "xyz"])),
-                             lob_offset=draw(st.sampled_from([None, 0, 3])) if op != ev.LOB_ERASE else 1,
-                             lob_length=draw(st.integers(0, 4)), **row)
+            e = ev.raw_event(
+                xid,
+                op,
+                seq,
+                scn,
+                lob_column="doc",
+                lob_data=draw(st.sampled_from(["ab", "xyz"])),
+                lob_offset=draw(st.sampled_from([None, 0, 3])) if op != ev.LOB_ERASE else 1,
+                lob_length=draw(st.integers(0, 4)),
+                **row,
+            )
         elif kind == "commit":
             e = ev.raw_event(xid, ev.COMMIT, seq, scn, ts_ms=scn)
         elif kind == "rollback":
@@ -149,14 +178,31 @@ def test_adversarial_interleavings_match_the_reference(events, filtered, tmp_pat
     assert sorted(dead) == sorted((p, o) for p, o, _ in model.dlq)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), open_txns=st.integers(1, 60), rollback=st.floats(0, 0.4),
-       savepoint=st.floats(0, 0.2), subtxn=st.floats(0, 0.1), undo=st.floats(0, 0.2), lob=st.floats(0, 0.5))
-def test_generated_workloads_match_the_reference_on_rocksdb(tmp_path_factory, seed, open_txns, rollback, savepoint,
-                                                            subtxn, undo, lob):
-    workload = WorkloadGenerator(3000, seed=seed, open_txns=open_txns, rollback_rate=rollback,
-                                 savepoint_rate=savepoint, subtxn_abort_rate=subtxn, undo_rate=undo, lob_rate=lob)
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    open_txns=st.integers(1, 60),
+    rollback=st.floats(0, 0.4),
+    savepoint=st.floats(0, 0.2),
+    subtxn=st.floats(0, 0.1),
+    undo=st.floats(0, 0.2),
+    lob=st.floats(0, 0.5),
+)
+def test_generated_workloads_match_the_reference_on_rocksdb(
+    tmp_path_factory, seed, open_txns, rollback, savepoint, subtxn, undo, lob
+):
+    workload = WorkloadGenerator(
+        3000,
+        seed=seed,
+        open_txns=open_txns,
+        rollback_rate=rollback,
+        savepoint_rate=savepoint,
+        subtxn_abort_rate=subtxn,
+        undo_rate=undo,
+        lob_rate=lob,
+    )
     feed = list(fan_out(workload, 3))
     model = reference_of(feed)
     base = tmp_path_factory.mktemp("rocks")
@@ -167,8 +213,12 @@ def test_generated_workloads_match_the_reference_on_rocksdb(tmp_path_factory, se
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), partitions=st.integers(2, 4), heartbeat_every=st.integers(5, 200),
-       batch=st.integers(1, 300))
+@given(
+    seed=st.integers(0, 10_000),
+    partitions=st.integers(2, 4),
+    heartbeat_every=st.integers(5, 200),
+    batch=st.integers(1, 300),
+)
 def test_global_order_releases_in_commit_scn_order_across_partitions(seed, partitions, heartbeat_every, batch):
     """Multi-partition interleavings with heartbeats: the global-order output equals the reference's
     committed transactions sorted by commit_scn."""
@@ -184,7 +234,7 @@ def test_global_order_releases_in_commit_scn_order_across_partitions(seed, parti
     turn = 0
     while any(cursors[p] < len(by_p[p]) for p in by_p):
         p = sorted(by_p)[turn % len(by_p)]
-        interleaved.extend(by_p[p][cursors[p]:cursors[p] + batch])
+        interleaved.extend(by_p[p][cursors[p] : cursors[p] + batch])
         cursors[p] += batch
         turn += 1
 
@@ -204,6 +254,7 @@ def test_global_order_releases_in_commit_scn_order_across_partitions(seed, parti
     emitter.advance()
 
     got = [c["event_id"] for c in sink.change_events()]
-    expected_txns = sorted((t for p in model.committed for t in model.committed[p]),
-                           key=lambda t: (t.commit_scn, t.thread, t.xid))
+    expected_txns = sorted(
+        (t for p in model.committed for t in model.committed[p]), key=lambda t: (t.commit_scn, t.thread, t.xid)
+    )
     assert got == [c["event_id"] for t in expected_txns for c in t.changes]

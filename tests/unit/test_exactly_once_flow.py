@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.core import events as ev
-from processor.store.memory import MemoryStore
+from processor.core.engine import Committed, PartitionEngine
 from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, for_guarantee
 from processor.runtime.emitter import Emitter
-from processor.core.engine import Committed, PartitionEngine
+from processor.store.memory import MemoryStore
 
 
 class RecordingProducer:
@@ -75,9 +75,13 @@ class Consumer:
 
 def committed_txn(engine: PartitionEngine):
     actions = []
-    for offset, e in enumerate([ev.raw_event("a", ev.INSERT, 1, 1, table="s.t", key={"id": 1}, after={"id": 1}),
-                                ev.raw_event("a", ev.INSERT, 2, 2, table="s.t", key={"id": 2}, after={"id": 2}),
-                                ev.raw_event("a", ev.COMMIT, 3, 3)]):
+    for offset, e in enumerate(
+        [
+            ev.raw_event("a", ev.INSERT, 1, 1, table="s.t", key={"id": 1}, after={"id": 1}),
+            ev.raw_event("a", ev.INSERT, 2, 2, table="s.t", key={"id": 2}, after={"id": 2}),
+            ev.raw_event("a", ev.COMMIT, 3, 3),
+        ]
+    ):
         actions += engine.apply(offset, b"a", ev.encode_raw(e))
     engine.flush_data()
     return next(a.txn for a in actions if isinstance(a, Committed))
@@ -95,8 +99,16 @@ def test_batch_commits_outputs_and_low_watermark_in_one_transaction():
     delivery.end_batch(lambda: [TopicPartition("raw", 0, engine.low_watermark())], Consumer())
 
     assert producer.calls == [
-        "init", "begin", "produce:BEGIN", "produce:change", "produce:change",
-        "flush", "produce:END", "flush", "offsets:[(0, 3)]", "commit",
+        "init",
+        "begin",
+        "produce:BEGIN",
+        "produce:change",
+        "produce:change",
+        "flush",
+        "produce:END",
+        "flush",
+        "offsets:[(0, 3)]",
+        "commit",
     ]
     assert not emitter.queue and not engine.pending  # finished inside the transaction
     assert delivery.committed_batches == 1

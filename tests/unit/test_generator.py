@@ -9,33 +9,46 @@ import filecmp
 import pytest
 
 from processor.core import events
-from processor.testing import expected
-from processor.testing.reference import ReferenceModel
 from processor.core.partitioning import fan_out, murmur2, partition_of
+from processor.testing import expected
 from processor.testing.generator import BULK_TABLE, WorkloadGenerator, generate
+from processor.testing.reference import ReferenceModel
 
 PARTITIONS = 4
 
 
 def expected_from_reference(model: ReferenceModel) -> list[dict]:
     """The reference model's committed changes, flattened to expected-file lines, in global commit order."""
-    return [{"event_id": c["event_id"], "xid": c["source"]["xid"], "seq": c["source"]["seq"],
-             "commit_scn": c["source"]["commit_scn"], "table": c["source"]["table"], "op": c["op"], "key": c["key"],
-             "before": c["before"], "after": c["after"], "ddl": c["ddl"]}
-            for txn in model.all_committed() for c in txn.changes]
+    return [
+        {
+            "event_id": c["event_id"],
+            "xid": c["source"]["xid"],
+            "seq": c["source"]["seq"],
+            "commit_scn": c["source"]["commit_scn"],
+            "table": c["source"]["table"],
+            "op": c["op"],
+            "key": c["key"],
+            "before": c["before"],
+            "after": c["after"],
+            "ddl": c["ddl"],
+        }
+        for txn in model.all_committed()
+        for c in txn.changes
+    ]
 
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory):
     directory = tmp_path_factory.mktemp("expected")
-    evs = list(generate(20_000, seed=11, open_txns=60, expected_dir=directory, heartbeat_every=500,
-                    duplicate_rate=0.01))
+    evs = list(
+        generate(20_000, seed=11, open_txns=60, expected_dir=directory, heartbeat_every=500, duplicate_rate=0.01)
+    )
     model = ReferenceModel().feed_all(fan_out(evs, PARTITIONS))
     return evs, directory, model
 
 
 def test_expected_output_equals_the_reference_model(workload):
-    evs, directory, model = workload
+    _evs, directory, model = workload
     want = list(expected.read_changes(directory))
     assert len(want) > 5000
     assert expected_from_reference(model) == want
@@ -54,9 +67,16 @@ def test_per_partition_commit_order_is_the_global_order_filtered(workload):
 def test_expected_transactions_match_the_reference_end_records(workload):
     _, directory, model = workload
     want = list(expected.read_transactions(directory))
-    got = [{"xid": t.xid, "commit_scn": t.commit_scn, "commit_ts_ms": t.commit_ts_ms,
-            "event_count": t.end_record()["event_count"], "data_collections": t.end_record()["data_collections"]}
-           for t in model.all_committed()]
+    got = [
+        {
+            "xid": t.xid,
+            "commit_scn": t.commit_scn,
+            "commit_ts_ms": t.commit_ts_ms,
+            "event_count": t.end_record()["event_count"],
+            "data_collections": t.end_record()["data_collections"],
+        }
+        for t in model.all_committed()
+    ]
     assert got == want
     assert any(t["event_count"] == 0 for t in want)  # empty committed transactions exist too
 
@@ -66,8 +86,9 @@ def test_final_state_is_the_committed_changes_applied_in_commit_order(workload):
     summary = expected.read_summary(directory)
     assert expected.apply_changes(expected_from_reference(model)) == summary["final_state"]
     assert summary["committed"] == sum(len(v) for v in model.committed.values())
-    assert summary["rolled_back"] == sum(1 for per in model.completed.values() for o in per.values()
-                                         if o == "rolled_back")
+    assert summary["rolled_back"] == sum(
+        1 for per in model.completed.values() for o in per.values() if o == "rolled_back"
+    )
     assert summary["changes"] == len(expected_from_reference(model))
 
 
@@ -145,15 +166,18 @@ def test_memory_is_bounded_by_open_transactions_and_key_space_not_run_length(tmp
     assert gen.summary()["changes"] > 20_000
 
 
-@pytest.mark.parametrize("key, java_signed", [
-    # Kafka's own test vectors (UtilsTest.testMurmur2)
-    (b"21", -973932308),
-    (b"foobar", -790332482),
-    (b"a-little-bit-long-string", -985981536),
-    (b"a-little-bit-longer-string", -1486304829),
-    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
-    (b"abc", 479470107),
-])
+@pytest.mark.parametrize(
+    "key, java_signed",
+    [
+        # Kafka's own test vectors (UtilsTest.testMurmur2)
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
 def test_murmur2_matches_kafka(key, java_signed):
     assert murmur2(key) == java_signed & 0xFFFFFFFF
 

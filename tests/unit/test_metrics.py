@@ -11,25 +11,51 @@ from processor.runtime.metrics import Metrics
 
 
 def stats(**kw) -> dict:
-    base = dict(events=0, changes=0, committed=0, rolled_back=0, filtered_txns=0, filtered_changes=0,
-                late_events=0, restarts=0, undone=0, dead_letters=0, abandoned=0)
+    base = dict(
+        events=0,
+        changes=0,
+        committed=0,
+        rolled_back=0,
+        filtered_txns=0,
+        filtered_changes=0,
+        late_events=0,
+        restarts=0,
+        undone=0,
+        dead_letters=0,
+        abandoned=0,
+    )
     base.update(kw)
     return base
 
 
 def part(**kw) -> dict:
-    base = dict(phase="running", next_offset=0, low_watermark=0, open_txns=0, pending_txns=0, watermark=-1,
-                buffered_events=0, buffered_bytes=0, oldest_open_first_offset=None, oldest_open_events=0,
-                stats=stats())
+    base = dict(
+        phase="running",
+        next_offset=0,
+        low_watermark=0,
+        open_txns=0,
+        pending_txns=0,
+        watermark=-1,
+        buffered_events=0,
+        buffered_bytes=0,
+        oldest_open_first_offset=None,
+        oldest_open_events=0,
+        stats=stats(),
+    )
     base.update(kw)
     return base
 
 
 def snap(partitions: dict, changes=0, txns=0, **extra) -> dict:
-    return {"open_txns": sum(p["open_txns"] for p in partitions.values()),
-            "buffered_events": sum(p["buffered_events"] for p in partitions.values()),
-            "buffered_bytes": sum(p["buffered_bytes"] for p in partitions.values()),
-            "changes_emitted": changes, "transactions_emitted": txns, "partitions": partitions, **extra}
+    return {
+        "open_txns": sum(p["open_txns"] for p in partitions.values()),
+        "buffered_events": sum(p["buffered_events"] for p in partitions.values()),
+        "buffered_bytes": sum(p["buffered_bytes"] for p in partitions.values()),
+        "changes_emitted": changes,
+        "transactions_emitted": txns,
+        "partitions": partitions,
+        **extra,
+    }
 
 
 def samples(m: Metrics) -> dict:
@@ -49,10 +75,26 @@ def value(m: Metrics, name: str, partition: int | None = None, **labels):
 
 def test_update_sets_per_partition_gauges_from_the_snapshot():
     m = Metrics()
-    m.update(snap({0: part(next_offset=120, low_watermark=40, open_txns=3, pending_txns=1, watermark=999,
-                           buffered_events=57, buffered_bytes=4096, oldest_open_first_offset=40,
-                           oldest_open_events=21, oldest_open_age_ms=12500, lag=8),
-                   1: part(next_offset=7, low_watermark=7)}))
+    m.update(
+        snap(
+            {
+                0: part(
+                    next_offset=120,
+                    low_watermark=40,
+                    open_txns=3,
+                    pending_txns=1,
+                    watermark=999,
+                    buffered_events=57,
+                    buffered_bytes=4096,
+                    oldest_open_first_offset=40,
+                    oldest_open_events=21,
+                    oldest_open_age_ms=12500,
+                    lag=8,
+                ),
+                1: part(next_offset=7, low_watermark=7),
+            }
+        )
+    )
     assert value(m, "txbuffer_open_transactions", 0) == 3
     assert value(m, "txbuffer_pending_transactions", 0) == 1
     assert value(m, "txbuffer_buffered_events", 0) == 57
@@ -78,8 +120,16 @@ def test_absent_optional_figures_export_no_series():
 
 def test_cumulative_counts_become_counters_that_never_decrease():
     m = Metrics()
-    m.update(snap({0: part(stats=stats(events=10, committed=2, dead_letters=1, late_events=3, rolled_back=1)),
-                   1: part(stats=stats(events=5, committed=1))}, changes=20, txns=3))
+    m.update(
+        snap(
+            {
+                0: part(stats=stats(events=10, committed=2, dead_letters=1, late_events=3, rolled_back=1)),
+                1: part(stats=stats(events=5, committed=1)),
+            },
+            changes=20,
+            txns=3,
+        )
+    )
     assert value(m, "txbuffer_transactions_committed_total", 0) == 2
     assert value(m, "txbuffer_dead_letters_total", 0) == 1
     assert value(m, "txbuffer_late_events_total", 0) == 3

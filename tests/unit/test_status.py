@@ -8,11 +8,11 @@ import pytest
 import structlog
 from prometheus_client import generate_latest
 
-from processor.core import events as ev
-from processor.store.rocks import RocksStore
 from processor.cli.app import main
+from processor.core import events as ev
 from processor.runtime.metrics import Metrics
 from processor.runtime.status import from_metrics_text, from_state_dir
+from processor.store.rocks import RocksStore
 
 from ..enginekit import R, ins, new_run
 
@@ -31,9 +31,16 @@ def state_dir(tmp_path):
     Partition 2: everything finished. The store stays open, as under a running processor."""
     store = RocksStore(tmp_path / "store")
     p0 = new_run(store, partition=0)
-    p0.feed(ins("a", 1, 1), ins("a", 2, 2), R("a", ev.COMMIT, 3, 10),   # offsets 0..2
-            R("b", ev.BEGIN, 0, 11, ts_ms=1_000), ins("b", 1, 3),        # offsets 3, 4
-            ins("c", 1, 4), ins("b", 2, 5), R("hb", ev.HEARTBEAT, 0, 20))  # offsets 5..7
+    p0.feed(
+        ins("a", 1, 1),
+        ins("a", 2, 2),
+        R("a", ev.COMMIT, 3, 10),  # offsets 0..2
+        R("b", ev.BEGIN, 0, 11, ts_ms=1_000),
+        ins("b", 1, 3),  # offsets 3, 4
+        ins("c", 1, 4),
+        ins("b", 2, 5),
+        R("hb", ev.HEARTBEAT, 0, 20),
+    )  # offsets 5..7
     p2 = new_run(store, partition=2)
     p2.feed(ins("x", 1, 9), R("x", ev.COMMIT, 2, 30), R("y", ev.BEGIN, 0, 31), R("y", ev.ROLLBACK, 1, 32))
     yield tmp_path
@@ -94,14 +101,39 @@ def test_unreachable_metrics_url_is_a_clear_error(capsys):
 
 def test_metrics_text_gives_the_same_report():
     m = Metrics()
-    m.update({"changes_emitted": 12, "transactions_emitted": 4, "partitions": {
-        0: {"phase": "running", "next_offset": 50, "low_watermark": 20, "open_txns": 2, "pending_txns": 0,
-            "watermark": 77, "buffered_events": 9, "buffered_bytes": 900, "oldest_open_first_offset": 20,
-            "oldest_open_events": 6, "oldest_open_age_ms": 90_000, "lag": 3,
-            "stats": {"committed": 4, "dead_letters": 1, "late_events": 2, "rolled_back": 1, "events": 50}}}})
+    m.update(
+        {
+            "changes_emitted": 12,
+            "transactions_emitted": 4,
+            "partitions": {
+                0: {
+                    "phase": "running",
+                    "next_offset": 50,
+                    "low_watermark": 20,
+                    "open_txns": 2,
+                    "pending_txns": 0,
+                    "watermark": 77,
+                    "buffered_events": 9,
+                    "buffered_bytes": 900,
+                    "oldest_open_first_offset": 20,
+                    "oldest_open_events": 6,
+                    "oldest_open_age_ms": 90_000,
+                    "lag": 3,
+                    "stats": {"committed": 4, "dead_letters": 1, "late_events": 2, "rolled_back": 1, "events": 50},
+                }
+            },
+        }
+    )
     status = from_metrics_text(generate_latest(m.registry).decode())
     (p0,) = status.partitions
-    assert (p0.partition, p0.phase, p0.lag, p0.open_txns, p0.low_watermark, p0.next_offset) == (0, "running", 3, 2, 20, 50)
+    assert (p0.partition, p0.phase, p0.lag, p0.open_txns, p0.low_watermark, p0.next_offset) == (
+        0,
+        "running",
+        3,
+        2,
+        20,
+        50,
+    )
     assert (p0.oldest_open_age_s, p0.oldest_open_events, p0.buffered_events, p0.buffered_bytes) == (90.0, 6, 9, 900)
     t = status.totals
     assert (t["changes_emitted"], t["transactions_emitted"], t["committed"], t["dead_letters"]) == (12, 4, 4, 1)
