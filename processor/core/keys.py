@@ -52,7 +52,8 @@ def seq_bytes(seq: int) -> bytes:
 
 def seq_of(key: bytes) -> int:
     """The trailing 8-byte integer of a key."""
-    return _Q.unpack_from(key, len(key) - 8)[0]
+    seq: int = _Q.unpack_from(key, len(key) - 8)[0]
+    return seq
 
 
 def txn_prefix(partition: int, xid: str) -> bytes:

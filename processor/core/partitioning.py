@@ -8,6 +8,7 @@ Kafka's published vectors and against the real producer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from processor.core.events import HEARTBEAT
 
@@ -42,7 +43,7 @@ def partition_of(xid: str, partitions: int) -> int:
     return (murmur2(xid.encode()) & 0x7FFFFFFF) % partitions
 
 
-def fan_out(source: Iterable[dict], partitions: int) -> Iterator[tuple[int, int, dict]]:
+def fan_out(source: Iterable[dict[str, Any]], partitions: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(partition, offset, event) as the raw topic would hold them: heartbeats go to every partition."""
     offsets = [0] * partitions
     cache: dict[str, int] = {}

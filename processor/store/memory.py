@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from processor.core.store import Batch, Store
 
 
 class MemoryBatch(Batch):
     def __init__(self) -> None:
-        self.ops: list[tuple] = []
+        self.ops: list[tuple[str, bytes, bytes]] = []
 
     def put(self, key: bytes, value: bytes) -> None:
         self.ops.append(("put", key, value))
 
     def delete(self, key: bytes) -> None:
-        self.ops.append(("del", key))
+        self.ops.append(("del", key, b""))
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         self.ops.append(("range", begin, end))
@@ -30,12 +31,13 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         from sortedcontainers import SortedDict
 
-        self.data = SortedDict()
+        self.data: Any = SortedDict()  # sortedcontainers has no type hints
 
     def batch(self) -> MemoryBatch:
         return MemoryBatch()
 
-    def write(self, batch: MemoryBatch) -> None:
+    def write(self, batch: Batch) -> None:
+        assert isinstance(batch, MemoryBatch)
         for op in batch.ops:
             if op[0] == "put":
                 self.data[op[1]] = op[2]
@@ -47,7 +49,8 @@ class MemoryStore(Store):
         batch.ops = []
 
     def get(self, key: bytes) -> bytes | None:
-        return self.data.get(key)
+        value: bytes | None = self.data.get(key)
+        return value
 
     def scan(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         # Snapshot the keys so callers may write while iterating, as with a RocksDB iterator.
@@ -63,9 +66,8 @@ class MemoryStore(Store):
                 yield key, value
 
     def last_before(self, begin: bytes, end: bytes) -> bytes | None:
-        for key in self.data.irange(begin, end, inclusive=(True, False), reverse=True):
-            return key
-        return None
+        key: bytes | None = next(iter(self.data.irange(begin, end, inclusive=(True, False), reverse=True)), None)
+        return key
 
     def close(self) -> None:
         pass

@@ -51,20 +51,22 @@ class RocksStore(Store):
         opts.set_block_based_table_factory(table)
         self.db = Rdict(str(self.path), opts)
         wopts = WriteOptions()
-        wopts.disable_wal = False  # the WAL is what makes a write survive SIGKILL
+        wopts.disable_wal = False  # type: ignore[method-assign,assignment]  # the WAL is what makes a write survive SIGKILL
         self.db.set_write_options(wopts)
 
     def batch(self) -> RocksBatch:
         return RocksBatch()
 
-    def write(self, batch: RocksBatch) -> None:
+    def write(self, batch: Batch) -> None:
+        assert isinstance(batch, RocksBatch)
         if batch.n:
             self.db.write(batch.wb)
-        batch.wb = None
+        batch.wb = None  # type: ignore[assignment]  # consumed: a reuse fails loudly
         batch.n = 0
 
     def get(self, key: bytes) -> bytes | None:
-        return self.db.get(key)
+        value: bytes | None = self.db.get(key)
+        return value
 
     def scan(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         it = self.db.iter()
@@ -91,7 +93,7 @@ class RocksStore(Store):
         it = self.db.iter()
         it.seek_for_prev(end)
         while it.valid():
-            key = it.key()
+            key: bytes = it.key()
             if key < begin:
                 return None
             if key < end:
