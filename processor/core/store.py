@@ -22,7 +22,7 @@ class Batch(ABC):
 
     @abstractmethod
     def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete every key k with begin <= k < end."""
+        """Delete every key k with begin <= k < end (begin <= end: RocksDB rejects a reversed range)."""
 
     @abstractmethod
     def __len__(self) -> int: ...
