@@ -35,10 +35,11 @@ SUBTXN_ABORT = "SUBTXN_ABORT"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 HEARTBEAT = "HEARTBEAT"
+READ = "READ"  # a row of an initial snapshot (Debezium op "r"); appended last to the enum
 
-CHANGE_OPS = frozenset({INSERT, UPDATE, DELETE, TRUNCATE, DDL})
+CHANGE_OPS = frozenset({INSERT, UPDATE, DELETE, TRUNCATE, DDL, READ})
 FRAGMENT_OPS = frozenset({LOB_WRITE, LOB_ERASE, LOB_TRIM, XML_WRITE, LONG_STRING_WRITE})
-ROW_OPS = frozenset({INSERT, UPDATE, DELETE})
+ROW_OPS = frozenset({INSERT, UPDATE, DELETE, READ})
 ALL_OPS = (
     BEGIN,
     INSERT,
@@ -57,10 +58,11 @@ ALL_OPS = (
     COMMIT,
     ROLLBACK,
     HEARTBEAT,
+    READ,
 )
 
 # RawEvent op -> Debezium envelope op.
-ENVELOPE_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", TRUNCATE: "t", DDL: "ddl"}
+ENVELOPE_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", TRUNCATE: "t", DDL: "ddl", READ: "r"}
 
 
 class DecodeError(ValueError):

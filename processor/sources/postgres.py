@@ -1,22 +1,20 @@
-"""Live PostgreSQL capture: pgoutput (protocol 2, streaming on) -> RawEvents on the raw topic.
-
-PgMapper is pure (pgoutput bytes -> RawEvents + the LSN that may be acknowledged once they are
-durable); PostgresCapture does the I/O. Facts this relies on (PostgreSQL 15):
+"""PostgreSQL pgoutput (protocol 2, streaming on) -> RawEvents, and the LSN that may be acknowledged
+once they are durable. The capture process around it is in pg_capture.py. Facts this relies on
+(PostgreSQL 15):
 - big transactions are streamed before commit in blocks; their rows carry the subtransaction XID;
   Stream Abort (xid, subxid) is a subtransaction abort, or a full rollback when both are equal;
 - after a reconnect, open transactions are streamed again from the start: we emit BEGIN again, and
   the engine restarts the transaction;
 - LSNs are not ordered across streamed blocks, so only commit/abort end LSNs are acknowledged, and
   only after every event before them has been delivered to the raw topic (a flush);
-- DDL is not decoded: a Relation message whose shape changed becomes a DDL event.
+- DDL is not decoded: a Relation message whose shape changed becomes a DDL event;
+- an UPDATE leaves out TOASTed values it did not change ("u"): with `toast="carry"` they are filled
+  from the row's last known image (pg_toast.RowImages), else with Debezium's placeholder.
 """
 
 from __future__ import annotations
 
 import json
-import select
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +23,9 @@ from typing import Any
 import structlog
 
 from processor.core import events as ev
+from processor.sources import pg_columns
 from processor.sources import pgoutput as pg
+from processor.sources.pg_toast import RowImages, row_key
 
 log = structlog.get_logger(__name__)
 
@@ -33,10 +33,8 @@ BOOL, BYTEA, INT8, INT2, INT4, OID, FLOAT4, FLOAT8, NUMERIC = 16, 17, 20, 21, 23
 _INTS = frozenset({INT8, INT2, INT4, OID})
 _FLOATS = frozenset({FLOAT4, FLOAT8})
 UNCHANGED = object()  # an unchanged TOASTed value: pgoutput does not send it
-
-
-class CaptureError(RuntimeError):
-    """A setup problem the operator must fix (slot, publication, privilege, wal_level)."""
+PLACEHOLDER = "__debezium_unavailable_value"  # Debezium's value for an unavailable TOAST column
+TOAST_MODES = ("carry", "placeholder")
 
 
 def convert(type_oid: int, kind: str, raw: bytes | None) -> Any:
@@ -65,13 +63,29 @@ class Ack:
     commit_lsn: int | None  # None for an abort
 
 
+def placeholder(type_oid: int) -> Any:
+    return PLACEHOLDER.encode() if type_oid == BYTEA else PLACEHOLDER
+
+
 class PgMapper:
     """Turns one replication session's pgoutput messages into RawEvents."""
 
-    def __init__(self, primary_key: Callable[[int], list[str] | None] | None = None) -> None:
+    def __init__(
+        self,
+        primary_key: Callable[[int], list[str] | None] | None = None,
+        describe: Callable[[int], dict[str, tuple[str, bool]]] | None = None,
+        images: RowImages | None = None,
+        toast: str = "carry",
+    ) -> None:
+        if toast not in TOAST_MODES:
+            raise ValueError(f"toast must be one of {TOAST_MODES}, not {toast!r}")
         # With REPLICA IDENTITY FULL pgoutput flags every column as key: the catalog knows the real one.
         self.primary_key = primary_key
+        self.describe = describe  # relid -> {column: (format_type, nullable)}, for attrs["pg_columns"]
+        self.images = images if toast == "carry" else None
+        self.toast = toast
         self.keys: dict[int, list[str]] = {}
+        self.column_types: dict[int, str] = {}
         self.relations: dict[int, pg.Relation] = {}
         self.types: dict[int, str] = {}
         self.stats: Counter = Counter()
@@ -88,6 +102,11 @@ class PgMapper:
         self._current: str | None = None
         self._begun: set[str] = set()
 
+    @property
+    def idle(self) -> bool:
+        """No transaction is partly received."""
+        return self._current is None and not self._begun and not self.in_stream
+
     # ---- entry point ---------------------------------------------------------------------
 
     def handle(self, payload: bytes, data_start: int, now_ms: int = 0) -> tuple[list[dict], Ack | None]:
@@ -102,7 +121,7 @@ class PgMapper:
             return [self._begin(xid, data_start, pg.ts_ms(msg.commit_ts_us))], None
         if isinstance(msg, pg.Commit):
             xid = self._require(self._current, "Commit outside a transaction")
-            out = self._end(xid, ev.COMMIT, msg.commit_lsn, pg.ts_ms(msg.commit_ts_us))
+            out = self._end(xid, ev.COMMIT, msg.commit_lsn, pg.ts_ms(msg.commit_ts_us), end_lsn=msg.end_lsn)
             self._current = None
             return [out], Ack(msg.end_lsn, msg.commit_lsn)
         if isinstance(msg, pg.StreamStart):
@@ -116,12 +135,14 @@ class PgMapper:
             return [], None
         if isinstance(msg, pg.StreamCommit):
             xid = str(msg.xid)
-            out = self._end(xid, ev.COMMIT, msg.commit_lsn, pg.ts_ms(msg.commit_ts_us))
+            out = self._end(xid, ev.COMMIT, msg.commit_lsn, pg.ts_ms(msg.commit_ts_us), end_lsn=msg.end_lsn)
             return [out], Ack(msg.end_lsn, msg.commit_lsn)
         if isinstance(msg, pg.StreamAbort):
             xid = str(msg.xid)
             if msg.subxid == msg.xid:
                 return [self._end(xid, ev.ROLLBACK, data_start, now_ms)], Ack(data_start, None)
+            if self.images is not None:
+                self.images.subtransaction_aborted(xid, str(msg.subxid))
             return [self._event(xid, ev.SUBTXN_ABORT, data_start, subxid=str(msg.subxid))], None
         if isinstance(msg, pg.Origin):
             if self._current:
@@ -131,7 +152,11 @@ class PgMapper:
             self.types[msg.type_oid] = f"{msg.namespace}.{msg.name}"
             return [], None
         if isinstance(msg, pg.Message):
-            return [], None  # pg_logical_emit_message payloads have no RawEvent counterpart
+            # pg_logical_emit_message payloads have no RawEvent counterpart. A non-transactional one
+            # (the capture's own heartbeat) between transactions is a position that may be confirmed.
+            if not msg.transactional and self.idle and msg.lsn:
+                return [], Ack(msg.lsn, None)
+            return [], None
         if isinstance(msg, pg.Relation):
             return self._relation(msg, data_start), None
         return self._row_change(msg, data_start), None
@@ -159,10 +184,17 @@ class PgMapper:
         self._seqs[xid] = 0
         self._ts[xid] = ts_ms
         self._begun.add(xid)
+        if self.images is not None:
+            self.images.begin(xid)
         return self._event(xid, ev.BEGIN, lsn)
 
-    def _end(self, xid: str, op: str, lsn: int, ts_ms: int) -> dict:
+    def _end(self, xid: str, op: str, lsn: int, ts_ms: int, end_lsn: int | None = None) -> dict:
         out = self._event(xid, op, lsn, ts_ms=ts_ms)
+        if self.images is not None:
+            if op == ev.COMMIT and end_lsn is not None:
+                self.images.commit(xid, end_lsn)
+            else:
+                self.images.abort(xid)
         for d in (self._seqs, self._ts, self._origin):
             d.pop(xid, None)
         self._begun.discard(xid)
@@ -175,6 +207,20 @@ class PgMapper:
         if rel.replica_identity == "f" and self.primary_key is not None:
             keys = self.primary_key(rel.relid) or keys
         self.keys[rel.relid] = keys
+        described = self.describe(rel.relid) if self.describe is not None else {}
+        self.column_types[rel.relid] = pg_columns.encode(
+            [
+                pg_columns.ColumnInfo(
+                    c.name,
+                    c.type_oid,
+                    c.typmod,
+                    described.get(c.name, (self.types.get(c.type_oid), True))[0],
+                    c.name in keys,
+                    described.get(c.name, (None, True))[1],
+                )
+                for c in rel.columns
+            ]
+        )
         if old is None or old.shape() == rel.shape():
             return []
         # DDL is not decoded; a changed Relation is how it shows. Describe the new shape.
@@ -222,7 +268,7 @@ class PgMapper:
             ]
         rel = self._rel(msg.relid)
         keys = self.keys[rel.relid]
-        attrs: dict[str, str] = {}
+        attrs: dict[str, str] = {pg_columns.ATTR: self.column_types[rel.relid]}
         if isinstance(msg, pg.Insert):
             op, before, after = ev.INSERT, None, self._row(rel, msg.new)
         elif isinstance(msg, pg.Update):
@@ -236,191 +282,45 @@ class PgMapper:
             if msg.old_kind == "K":
                 # Only the replica identity is sent unless REPLICA IDENTITY FULL.
                 before = {k: v for k, v in before.items() if k in keys}
-        for image in (before, after):
-            if image is None:
-                continue
-            unchanged = [k for k, v in image.items() if v is UNCHANGED]
-            for k in unchanged:
-                # Fill an unchanged TOAST value from the old row when we have it; else leave it out.
-                if image is after and before is not None and k in before and before[k] is not UNCHANGED:
-                    image[k] = before[k]
-                else:
-                    del image[k]
-                    attrs["unchanged_toast"] = ",".join(filter(None, [attrs.get("unchanged_toast"), k]))
         source = after if after is not None else before
         key = {k: source.get(k) for k in keys} if keys else {}
         if op == ev.UPDATE and before is not None and keys:
             key = {k: (after or {}).get(k, before.get(k)) for k in keys}
+        row = row_key(rel.table, key) if keys else None
+        for image in (before, after):
+            if image is not None and any(v is UNCHANGED for v in image.values()):
+                self._fill_unchanged(xid, rel, row, image, before if image is after else None, attrs)
+        if self.images is not None and row is not None:
+            if op == ev.UPDATE and before is not None:
+                old_row = row_key(rel.table, {k: before.get(k) for k in keys})
+                if old_row != row:
+                    self.images.record(xid, subxid, old_row, None)  # the primary key changed
+            self.images.record(xid, subxid, row, after)
         return [
             self._event(xid, op, lsn, table=rel.table, key=key, before=before, after=after, subxid=subxid, attrs=attrs)
         ]
 
-
-# ---- the capture process ---------------------------------------------------------------------
-
-
-def check_setup(dsn: str, slot: str, publication: str, create: bool, tables: list[str] | None = None) -> None:
-    """Verify (and with create=True, make) what capture needs; CaptureError says what is missing."""
-    import psycopg2
-    import psycopg2.errors
-
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW wal_level")
-            if cur.fetchone()[0] != "logical":
-                raise CaptureError("wal_level is not 'logical': set wal_level = logical and restart PostgreSQL")
-            cur.execute("SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user")
-            user, can_replicate = cur.fetchone()
-            if not can_replicate:
-                raise CaptureError(f"role {user!r} lacks the REPLICATION attribute: ALTER ROLE {user} REPLICATION")
-            cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
-            if cur.fetchone() is None:
-                if not create:
-                    raise CaptureError(
-                        f"publication {publication!r} does not exist: CREATE PUBLICATION {publication} "
-                        "FOR ALL TABLES (or pass --create)"
-                    )
-                target = ("FOR TABLE " + ", ".join(tables)) if tables else "FOR ALL TABLES"
-                try:
-                    cur.execute(f'CREATE PUBLICATION "{publication}" {target}')
-                except psycopg2.errors.InsufficientPrivilege as exc:
-                    raise CaptureError(
-                        f"role {user!r} may not create publication {publication!r} {target}: {exc.pgerror.strip()}"
-                    ) from None
-                log.info("postgres.publication_created", publication=publication, target=target)
-            cur.execute(
-                "SELECT plugin, database = current_database() FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-            )
-            found = cur.fetchone()
-            if found is None:
-                if not create:
-                    raise CaptureError(
-                        f"replication slot {slot!r} does not exist: SELECT pg_create_logical_"
-                        f"replication_slot('{slot}', 'pgoutput') (or pass --create)"
-                    )
-                cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-                log.info("postgres.slot_created", slot=slot)
-            elif found[0] != "pgoutput" or not found[1]:
-                raise CaptureError(
-                    f"replication slot {slot!r} uses plugin {found[0]!r} or another database; "
-                    "it must be a pgoutput slot of this database"
-                )
-    finally:
-        conn.close()
-
-
-class PostgresCapture:
-    """Streams a slot onto the raw topic until stop() (or a fatal error). Reconnects on connection loss."""
-
-    def __init__(
-        self,
-        dsn: str,
-        writer: Any,
-        slot: str = "txbuffer",
-        publication: str = "txbuffer",
-        ack_interval_s: float = 0.5,
-        heartbeat_interval_s: float = 2.0,
-        reconnect_delay_s: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.dsn, self.writer, self.slot, self.publication = dsn, writer, slot, publication
-        self.ack_interval_s, self.heartbeat_interval_s = ack_interval_s, heartbeat_interval_s
-        self.reconnect_delay_s = reconnect_delay_s
-        self.mapper = PgMapper(self._primary_key)
-        self.clock = clock
-        self._catalog = None
-        self._stop = threading.Event()
-        self.pending: Ack | None = None  # newest end LSN whose events are written, not yet flushed
-        self.acked_lsn = 0
-        self.acked_commit_lsn = 0
-        self.events = 0
-        self._last_ack = self._last_heartbeat = 0.0
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _primary_key(self, relid: int) -> list[str] | None:
-        import psycopg2
-
-        if self._catalog is None or self._catalog.closed:
-            self._catalog = psycopg2.connect(self.dsn)
-            self._catalog.autocommit = True
-        with self._catalog.cursor() as cur:
-            cur.execute(
-                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
-                "ORDER BY array_position(i.indkey::int2[], a.attnum)",
-                (relid,),
-            )
-            return [r[0] for r in cur.fetchall()] or None
-
-    def run(self) -> None:
-        import psycopg2
-        import psycopg2.extras
-
-        while not self._stop.is_set():
-            try:
-                conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-            except psycopg2.OperationalError as exc:
-                log.warning("postgres.connect_failed", error=str(exc).strip())
-                self._stop.wait(self.reconnect_delay_s)
+    def _fill_unchanged(
+        self, xid: str, rel: pg.Relation, row: bytes | None, image: dict, old: dict | None, attrs: dict
+    ) -> None:
+        """Unchanged TOAST values: from the old row (REPLICA IDENTITY FULL), else the last known image
+        (carry), else Debezium's placeholder, counted."""
+        known = None
+        missing = []
+        for c in rel.columns:
+            if image.get(c.name) is not UNCHANGED:
                 continue
-            try:
-                self._session(conn)
-            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
-                if self._stop.is_set():
-                    break
-                log.warning("postgres.connection_lost", error=str(exc).strip(), acked=pg.lsn_str(self.acked_lsn))
-                self._stop.wait(self.reconnect_delay_s)
-            finally:
-                self.mapper.reset_session()
-                self.pending = None  # the server re-sends everything after the acknowledged LSN
-                try:
-                    conn.close()
-                except Exception:  # already broken
-                    pass
-
-    def _session(self, conn: Any) -> None:
-        cur = conn.cursor()
-        cur.start_replication(
-            slot_name=self.slot,
-            decode=False,
-            options={"proto_version": "2", "publication_names": self.publication, "streaming": "on"},
-        )
-        log.info("postgres.streaming", slot=self.slot, publication=self.publication)
-        while not self._stop.is_set():
-            msg = cur.read_message()
-            if msg is not None:
-                produced, ack = self.mapper.handle(msg.payload, msg.data_start, int(time.time() * 1000))
-                for event in produced:
-                    self.writer.write(event)
-                self.events += len(produced)
-                if ack is not None:
-                    self.pending = ack
+            if old is not None and c.name in old and old[c.name] is not UNCHANGED:
+                image[c.name] = old[c.name]
+                continue
+            if self.images is not None and row is not None and known is None:
+                known = self.images.lookup(xid, row) or {}
+            if known and c.name in known and known[c.name] not in (PLACEHOLDER, PLACEHOLDER.encode()):
+                image[c.name] = known[c.name]
+                self.stats["toast_carried"] += 1
             else:
-                select.select([conn], [], [], 0.2)
-            self._maybe_ack(cur)
-        self._ack(cur)  # a clean stop acknowledges what is durable
-
-    def _maybe_ack(self, cur: Any) -> None:
-        now = self.clock()
-        if self.pending is not None and now - self._last_ack >= self.ack_interval_s:
-            self._ack(cur)
-        if self.acked_commit_lsn and now - self._last_heartbeat >= self.heartbeat_interval_s:
-            # No COMMIT below an acknowledged commit can come again, even after a restart.
-            self.writer.heartbeat(self.acked_commit_lsn, ts_ms=int(time.time() * 1000))
-            self._last_heartbeat = now
-
-    def _ack(self, cur: Any) -> None:
-        self._last_ack = self.clock()
-        pending, self.pending = self.pending, None
-        if pending is None:
-            return
-        self.writer.flush()  # every event up to this end LSN is now on the raw topic
-        cur.send_feedback(write_lsn=pending.end_lsn, flush_lsn=pending.end_lsn, force=True)
-        self.acked_lsn = max(self.acked_lsn, pending.end_lsn)
-        if pending.commit_lsn is not None:
-            self.acked_commit_lsn = max(self.acked_commit_lsn, pending.commit_lsn)
-        log.debug("postgres.acked", lsn=pg.lsn_str(pending.end_lsn))
+                image[c.name] = placeholder(c.type_oid)
+                missing.append(c.name)
+        if missing:
+            self.stats["toast_placeholder"] += len(missing)
+            attrs["toast_placeholder"] = ",".join(missing)

@@ -5,7 +5,8 @@ import struct
 import pytest
 
 from processor.sources import pgoutput as pg
-from processor.sources.postgres import PgMapper
+from processor.sources.pg_toast import RowImages
+from processor.sources.postgres import PLACEHOLDER, PgMapper
 
 
 def s(text: str) -> bytes:
@@ -184,8 +185,9 @@ def test_update_delete_truncate_and_replica_identity():
     evs, _ = feed(m, [begin(9), relation(), upd_key, upd_plain, dele, trunc, commit(1, 2)])
     u1, u2, d, t = evs[1:5]
     assert (u1["op"], u1["key"], u1["before"], u1["after"]) == ("UPDATE", {"id": 2}, {"id": 1}, {"id": 2, "v": "x"})
-    # an unchanged TOAST value is not sent: it is left out and named in attrs
-    assert (u2["after"], u2["attrs"]["unchanged_toast"]) == ({"id": 2}, "v")
+    # an unchanged TOAST value is not sent; with no image of the row, Debezium's placeholder, counted
+    assert (u2["after"], u2["attrs"]["toast_placeholder"]) == ({"id": 2, "v": PLACEHOLDER}, "v")
+    assert m.stats["toast_placeholder"] == 1
     assert (d["op"], d["key"], d["before"]) == ("DELETE", {"id": 2}, {"id": 2})  # only the key without FULL
     assert (t["op"], t["table"]) == ("TRUNCATE", "public.t")
 
@@ -231,3 +233,127 @@ def test_change_for_unknown_relation_or_outside_a_transaction_raises():
     m.handle(begin(1), 1)
     with pytest.raises(pg.PgOutputError, match="unknown relation"):
         m.handle(insert("1", "a"), 2)
+
+
+def test_snapshot_read_events_are_emitted_as_op_r_by_the_engine_and_the_reference_model():
+    from processor.core import events as ev
+    from processor.testing.reference import ReferenceModel
+    from tests.enginekit import R, make_store, new_run
+
+    row = {"id": 1, "v": "a"}
+    evs = [
+        R("snapshot:0/10:public.t:0", ev.BEGIN, 0, 15),
+        R("snapshot:0/10:public.t:0", ev.READ, 1, 15, table="public.t", key={"id": 1}, after=row),
+        R("snapshot:0/10:public.t:0", ev.COMMIT, 2, 15),
+    ]
+    store = make_store("memory", None)
+    run = new_run(store)
+    run.feed(*evs)
+    assert [(c["op"], c["after"]) for c in run.changes] == [("r", row)]
+    assert run.changes[0]["event_id"] == "1:15:snapshot:0/10:public.t:0:1"
+    model = ReferenceModel()
+    for offset, e in enumerate(evs):
+        model.feed(0, offset, ev.raw_event(**{**e}) if isinstance(e, dict) else e)
+    assert [ch["op"] for txn in model.all_committed() for ch in txn.changes] == ["r"]
+
+
+# ---- TOAST: unchanged values carried from the last known image ---------------------------------
+
+BIG, NEWER = "x" * 10_000, "y" * 10_000
+
+
+def upd_unchanged(pk="1", relid=7, xid=None, other="2"):
+    """UPDATE t SET n = <other> WHERE id = <pk>, the TOASTed v unchanged (sent as "u")."""
+    return b"U" + x(xid) + struct.pack("!I", relid) + b"N" + tup(pk, "<u>", other)
+
+
+TOAST_COLS = (("id", 23, True), ("v", 25, False), ("n", 23, False))
+
+
+@pytest.fixture
+def images(tmp_path):
+    store = RowImages(tmp_path / "images")
+    yield store
+    store.close()
+
+
+def test_unchanged_toast_value_is_carried_from_the_last_committed_image(images):
+    m = PgMapper(images=images)
+    rel = relation(cols=TOAST_COLS)
+    evs, _ = feed(m, [begin(1), rel, insert("1", BIG, "0"), commit(10, 11)])
+    evs, _ = feed(m, [begin(2), upd_unchanged(), commit(20, 21)])
+    assert evs[1]["after"] == {"id": 1, "v": BIG, "n": 2} and "toast_placeholder" not in evs[1]["attrs"]
+    assert m.stats["toast_carried"] == 1 and m.stats["toast_placeholder"] == 0
+
+
+def test_carry_sees_the_transactions_own_earlier_write_but_not_a_rolled_back_savepoint(images):
+    m = PgMapper(images=images)
+    feed(m, [begin(1), relation(cols=TOAST_COLS), insert("1", BIG, "0"), commit(10, 11)])
+    evs, _ = feed(
+        m,
+        [
+            stream_start(50),
+            relation(cols=TOAST_COLS, xid=50),
+            b"U" + x(51) + struct.pack("!I", 7) + b"N" + tup("1", NEWER, "1"),  # in savepoint 51
+            stream_abort(50, 51),  # ROLLBACK TO SAVEPOINT: NEWER never happened
+            upd_unchanged(xid=50),
+            b"E",
+            stream_start(50, first=False),
+            b"U" + x(50) + struct.pack("!I", 7) + b"N" + tup("2", NEWER, "0"),
+            b"E",
+            stream_start(50, first=False),
+            upd_unchanged(pk="2", xid=50, other="9"),  # its own earlier write of row 2
+            b"E",
+            stream_commit(50, 30, 31),
+        ],
+    )
+    updates = [e["after"] for e in evs if e["op"] == "UPDATE"]
+    assert updates[1] == {"id": 1, "v": BIG, "n": 2}
+    assert updates[3] == {"id": 2, "v": NEWER, "n": 9}
+    assert m.stats["toast_placeholder"] == 0
+
+
+def test_restart_forgets_images_of_transactions_the_slot_will_send_again(images):
+    m = PgMapper(images=images)
+    feed(m, [begin(1), relation(cols=TOAST_COLS), insert("1", BIG, "0"), commit(10, 11)])
+    images.acknowledge(11)
+    # Committed but not confirmed: after a restart PostgreSQL sends it again.
+    feed(m, [begin(2), b"U" + struct.pack("!I", 7) + b"N" + tup("1", NEWER, "0"), commit(20, 21)])
+    assert images.rewind_to(11) == 1
+    m2 = PgMapper(images=images)
+    evs, _ = feed(m2, [begin(3), relation(cols=TOAST_COLS), upd_unchanged(), commit(20, 21)])
+    assert evs[1]["after"]["v"] == BIG
+
+
+def test_placeholder_mode_and_rows_never_seen_get_the_debezium_placeholder_counted(images):
+    m = PgMapper(images=images, toast="placeholder")
+    feed(m, [begin(1), relation(cols=TOAST_COLS), insert("1", BIG, "0"), commit(10, 11)])
+    evs, _ = feed(m, [begin(2), upd_unchanged(), commit(20, 21)])
+    assert evs[1]["after"]["v"] == PLACEHOLDER and evs[1]["attrs"]["toast_placeholder"] == "v"
+    carry = PgMapper(images=images)
+    evs, _ = feed(carry, [begin(3), relation(cols=TOAST_COLS), upd_unchanged(pk="5"), commit(30, 31)])
+    assert evs[1]["after"]["v"] == PLACEHOLDER and carry.stats["toast_placeholder"] == 1
+    with pytest.raises(ValueError, match="toast must be"):
+        PgMapper(toast="drop")
+
+
+def test_row_events_carry_the_column_types_of_the_relation():
+    from processor.sources import pg_columns
+
+    m = PgMapper(describe=lambda relid: {"id": ("integer", False), "v": ("text", True)})
+    evs, _ = feed(m, [begin(1), relation(), insert("1", "a"), commit(10, 11)])
+    cols = pg_columns.decode(evs[1]["attrs"][pg_columns.ATTR])
+    assert [(c.name, c.type_oid, c.typmod, c.type_name, c.key, c.optional) for c in cols] == [
+        ("id", 23, -1, "integer", True, False),
+        ("v", 25, -1, "text", False, True),
+    ]
+    assert evs[1]["attrs"][pg_columns.ATTR] == '[["id",23,-1,"integer",1,0],["v",25,-1,"text",0,1]]'
+
+
+def test_a_heartbeat_message_between_transactions_is_an_acknowledgeable_position():
+    m = PgMapper()
+    heartbeat = b"M" + struct.pack("!bQ", 0, 777) + s("txbuffer.heartbeat") + struct.pack("!i", 0)
+    evs, acks = feed(m, [heartbeat])
+    assert evs == [] and [(a.end_lsn, a.commit_lsn) for a in acks] == [(777, None)]
+    _, acks = feed(m, [stream_start(5), heartbeat])
+    assert acks == []  # a streamed transaction is open: its start must be sent again after a restart
