@@ -48,12 +48,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from processor.core import events as ev
 from processor.core import keys
-from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.kafka.client_config import KafkaClientConfig
+from processor.kafka.dlq import read_dlq_headers
+from processor.kafka.end_offsets import end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
+from processor.kafka.read import read_to_end
 from processor.kafka.tansu import EmbeddedBroker, free_port
 from processor.testing.expected import dumps
 from processor.testing.generator import WorkloadGenerator
@@ -357,7 +360,7 @@ class Chaos:
         self.start(inst, r)
 
     def _committed(self, parts: list[int]) -> dict[int, int]:
-        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": self.group, **CONSUMER_DEFAULTS})
+        consumer = KafkaClientConfig(self.broker.bootstrap).consumer(self.group)
         try:
             got = consumer.committed([TopicPartition(self.raw, p) for p in parts], timeout=10)
             return {tp.partition: tp.offset for tp in got}
@@ -365,7 +368,7 @@ class Chaos:
             consumer.close()
 
     def _wait_for_end(self) -> bool:
-        ends = end_offsets(self.broker.bootstrap, self.raw, group=self.group + "-probe")
+        ends = end_offsets(self.broker.bootstrap, self.raw)
         self.out.figures["raw_end_offsets"] = ends
         deadline = time.monotonic() + self.c.settle_timeout
         committed: dict[int, int] = {}
@@ -497,29 +500,10 @@ class Chaos:
 
     def _dlq_reasons(self) -> dict[str, int]:
         """DLQ records by reason (the xid in the reason is cut off so that reasons group)."""
-        from confluent_kafka import OFFSET_BEGINNING
-
-        ends = {p: e for p, e in end_offsets(self.broker.bootstrap, self.dlq, group=self.group + "-dlq").items() if e}
         reasons: dict[str, int] = {}
-        if not ends:
-            return reasons
-        consumer = Consumer(
-            {"bootstrap.servers": self.broker.bootstrap, "group.id": self.group + "-dlq", **CONSUMER_DEFAULTS}
-        )
-        try:
-            consumer.assign([TopicPartition(self.dlq, p, OFFSET_BEGINNING) for p in ends])
-            deadline = time.monotonic() + 120
-            while ends and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, 0.5):
-                    if msg.error() or msg.partition() not in ends:
-                        continue
-                    reason = dict(msg.headers() or []).get("reason", b"?").decode(errors="replace")
-                    reason = reason.rsplit(" in ", 1)[0]
-                    reasons[reason] = reasons.get(reason, 0) + 1
-                    if msg.offset() + 1 >= ends[msg.partition()]:
-                        del ends[msg.partition()]
-        finally:
-            consumer.close()
+        for msg in read_to_end(self.broker.bootstrap, self.dlq, self.group + "-dlq", 120):
+            reason = read_dlq_headers(msg.headers()).get("reason", "?").rsplit(" in ", 1)[0]
+            reasons[reason] = reasons.get(reason, 0) + 1
         return reasons
 
     def _own_pass(self) -> dict:

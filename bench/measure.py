@@ -22,9 +22,8 @@ from datetime import datetime
 from pathlib import Path
 
 import psutil
-from confluent_kafka import Consumer, TopicPartition
 
-from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets, partition_count
+from processor.kafka.read import read_to_end
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,25 +194,10 @@ class Proc:
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):
     """Every record of a topic, as (partition, offset, key, value, timestamp_ms)."""
-    n = partition_count(bootstrap, topic)
-    ends = end_offsets(bootstrap, topic, group="bench-readback")
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "bench-readback", **CONSUMER_DEFAULTS, "fetch.max.bytes": 52428800}
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(n)])
-    pos = {p: 0 for p in range(n)}
-    out = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while any(pos[p] < ends.get(p, 0) for p in pos) and time.monotonic() < deadline:
-            for msg in c.consume(10000, 0.2):
-                if msg.error() is not None:
-                    continue
-                out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
-                pos[msg.partition()] = msg.offset() + 1
-    finally:
-        c.close()
-    return out
+    return [
+        (m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1])
+        for m in read_to_end(bootstrap, topic, "bench-readback", timeout_s, **{"fetch.max.bytes": 52428800})
+    ]
 
 
 def median(values):

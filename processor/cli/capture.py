@@ -1,8 +1,13 @@
-"""`txbuffer capture postgres`: stream a live PostgreSQL database onto the raw topic."""
+"""`txbuffer capture postgres`: snapshot and stream a live PostgreSQL database onto the raw topic.
+
+Exit codes: 0 stopped (or `--snapshot initial_only` done), 2 setup error, 3 lost state (the slot
+this capture used was dropped).
+"""
 
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import structlog
 
@@ -22,35 +27,78 @@ def register(sub) -> None:
         action="store_false",
         help="fail if the slot or publication is missing instead of creating it",
     )
+    p.add_argument(
+        "--snapshot",
+        choices=["initial", "never", "initial_only"],
+        default="initial",
+        help="initial: read existing rows (op r) when the slot is created, then stream; never: stream only; "
+        "initial_only: read existing rows and exit",
+    )
+    p.add_argument("--snapshot-chunk-rows", type=int, default=4096, help="rows per snapshot chunk (one raw txn)")
+    p.add_argument(
+        "--toast",
+        choices=["carry", "placeholder"],
+        default="carry",
+        help="unchanged TOAST values: carry the last known value, or Debezium's __debezium_unavailable_value",
+    )
+    p.add_argument(
+        "--state-dir",
+        default="",
+        help="capture state (slot identity, snapshot progress, last row images); keep it across restarts "
+        "(default: .txbuffer/capture-<slot>)",
+    )
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument("--topic", default="txbuffer.raw", help="raw topic")
     p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
     p.add_argument("--ack-interval", type=float, default=0.5, help="seconds between flush + acknowledge rounds")
     p.add_argument("--heartbeat-interval", type=float, default=2.0, help="seconds between heartbeats")
+    p.add_argument("--reconnect-max", type=float, default=30.0, help="longest wait between reconnect attempts (s)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from processor.kafka.rawtopic import RawTopicWriter
-    from processor.sources.postgres import CaptureError, PostgresCapture, check_setup
+    from processor.sources.pg_capture import CaptureError, CaptureOptions, PostgresCapture, SlotLost, check_setup
 
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     try:
-        check_setup(args.dsn, args.slot, args.publication, args.create, tables)
+        check_setup(args.dsn, args.publication, args.create, tables)
     except CaptureError as exc:
         log.error("capture.setup_failed", error=str(exc))
         return 2
+    options = CaptureOptions(
+        slot=args.slot,
+        publication=args.publication,
+        state_dir=Path(args.state_dir or f".txbuffer/capture-{args.slot}"),
+        snapshot=args.snapshot,
+        toast=args.toast,
+        chunk_rows=args.snapshot_chunk_rows,
+        create=args.create,
+        ack_interval_s=args.ack_interval,
+        heartbeat_interval_s=args.heartbeat_interval,
+        reconnect_max_s=args.reconnect_max,
+    )
     writer = RawTopicWriter(args.bootstrap, args.topic, args.partitions)
-    capture = PostgresCapture(args.dsn, writer, args.slot, args.publication, args.ack_interval, args.heartbeat_interval)
+    capture = PostgresCapture(args.dsn, writer, options)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: capture.stop())
+    code = 0
     try:
         capture.run()
+    except SlotLost as exc:
+        log.error("capture.slot_lost", error=str(exc))
+        code = 3
+    except CaptureError as exc:
+        log.error("capture.setup_failed", error=str(exc))
+        code = 2
     finally:
+        writer.flush()
+        capture.close()
         log.info(
             "capture.stopped",
             events=capture.events,
+            snapshot_rows=capture.snapshot_rows,
             acked_lsn=capture.acked_lsn,
             **{f"msg_{k}": v for k, v in sorted(capture.mapper.stats.items())},
         )
-    return 0
+    return code

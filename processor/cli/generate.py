@@ -7,6 +7,10 @@ import time
 
 import structlog
 
+from processor.cli.options import add_connection_flags, config_from_args
+from processor.kafka.admin import KafkaUnavailable
+from processor.runtime.config import ConfigError
+
 log = structlog.get_logger(__name__)
 
 
@@ -15,8 +19,9 @@ def register(sub) -> None:
         "generate",
         help="write a seeded workload (interleaving, rollbacks, savepoints, LOBs, huge transactions) to the raw topic",
     )
-    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
-    p.add_argument("--topic", default="txbuffer.raw", help="raw topic")
+    add_connection_flags(p)
+    p.add_argument("--topic", default=None, help="raw topic (default: the config's raw_topic, txbuffer.raw)")
+    p.add_argument("--dlq-topic", default=None, help="where events too large for the raw topic go")
     p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
     p.add_argument("--events", type=int, default=200_000, help="event budget (open transactions then finish)")
     p.add_argument("--open-txns", type=int, default=50, help="transactions open at once, interleaved")
@@ -45,6 +50,12 @@ def run(args) -> int:
     from processor.kafka.rawtopic import RawTopicWriter
     from processor.testing.generator import WorkloadGenerator
 
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        log.error("config.invalid", error=str(exc))
+        return 2
+    topic = args.topic or cfg.raw_topic
     workload = WorkloadGenerator(
         args.events,
         open_txns=args.open_txns,
@@ -60,7 +71,18 @@ def run(args) -> int:
         heartbeat_every=args.heartbeat_every,
         expected_dir=args.expected_dir,
     )
-    writer = RawTopicWriter(args.bootstrap, args.topic, args.partitions)
+    try:
+        writer = RawTopicWriter(
+            cfg.kafka_client(),
+            topic,
+            args.partitions,
+            replication_factor=cfg.replication_factor,
+            dlq_topic=args.dlq_topic or cfg.dlq_topic,
+            source="generate",
+        )
+    except KafkaUnavailable as exc:
+        log.error("kafka.unavailable", error=str(exc))
+        return 3
     show = sys.stderr.isatty() if args.progress is None else args.progress
     started = time.monotonic()
     with tqdm(total=args.events + args.huge_txn_size, unit="ev", disable=not show, desc="generate") as bar:
@@ -70,9 +92,10 @@ def run(args) -> int:
     summary = workload.summary()
     log.info(
         "generate.done",
-        topic=args.topic,
+        topic=topic,
         partitions=writer.partitions,
         records=writer.written,
+        oversized=writer.oversized,
         events=summary["events"],
         heartbeats=summary["heartbeats"],
         committed=summary["committed"],

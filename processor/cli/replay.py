@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import structlog
 
+from processor.cli.options import add_connection_flags, config_from_args
+from processor.kafka.admin import KafkaUnavailable
+from processor.runtime.config import ConfigError
+
 log = structlog.get_logger(__name__)
 
 
@@ -13,10 +17,10 @@ def register(sub) -> None:
         "source", choices=["oracle", "ibmi"], help="oracle: V$LOGMNR_CONTENTS rows; ibmi: DSPJRN outfile entries"
     )
     p.add_argument("file", help="CSV with a header line, or JSON lines")
-    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
-    p.add_argument("--topic", default="txbuffer.raw", help="raw topic")
+    add_connection_flags(p)
+    p.add_argument("--topic", default=None, help="raw topic (default: the config's raw_topic, txbuffer.raw)")
     p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
-    p.add_argument("--dlq-topic", default="txbuffer.dlq", help="where bad rows go, with a `reason` header")
+    p.add_argument("--dlq-topic", default=None, help="where bad rows go (default: the config's dlq_topic)")
     p.add_argument(
         "--key",
         action="append",
@@ -29,10 +33,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from processor.kafka.clients import ensure_topics, make_producer
     from processor.kafka.rawtopic import RawTopicWriter
     from processor.sources.replay import Replay, parse_key_specs, read_rows
 
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        log.error("config.invalid", error=str(exc))
+        return 2
     keys = parse_key_specs(args.key)
     if args.source == "oracle":
         from processor.sources.oracle import OracleMapper, join_continuations
@@ -42,10 +50,19 @@ def run(args) -> int:
         from processor.sources.ibmi import IbmiMapper
 
         mapper, rows = IbmiMapper(keys), read_rows(args.file)
-    writer = RawTopicWriter(args.bootstrap, args.topic, args.partitions)
-    ensure_topics(args.bootstrap, {args.dlq_topic: 1})
-    dlq = make_producer(args.bootstrap)
-    summary = Replay(writer, dlq, args.dlq_topic, args.source).run(rows, mapper, progress=args.progress)
+    try:
+        writer = RawTopicWriter(
+            cfg.kafka_client(),
+            args.topic or cfg.raw_topic,
+            args.partitions,
+            replication_factor=cfg.replication_factor,
+            dlq_topic=args.dlq_topic or cfg.dlq_topic,
+            source=args.source,
+        )
+    except KafkaUnavailable as exc:
+        log.error("kafka.unavailable", error=str(exc))
+        return 3
+    summary = Replay(writer, args.source, file=args.file).run(rows, mapper, progress=args.progress)
     log.info(
         "replay.done",
         source=args.source,

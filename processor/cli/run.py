@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import structlog
 
-from processor.runtime.config import ConfigError, ProcessorConfig, load_config
+from processor.cli.options import add_config_file_flag, add_field_flag, config_from_args
+from processor.kafka.admin import KafkaUnavailable
+from processor.runtime.config import ConfigError, ProcessorConfig
 
 log = structlog.get_logger(__name__)
+
+EXIT_CONFIG = 2
+EXIT_KAFKA_UNAVAILABLE = 3
+
+__all__ = ["add_config_flags", "config_from_args", "register", "run"]
 
 
 def add_config_flags(p) -> None:
     """Flags for every ProcessorConfig field (--state-dir, --available-now, ...); unset means 'not given'."""
-    p.add_argument("--config", help="YAML config file (keys are the field names below)")
-    for name, field in ProcessorConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        if field.annotation is bool:
-            p.add_argument(flag, dest=name, action="store_true", default=None, help=field.description)
-        else:
-            p.add_argument(flag, dest=name, default=None, help=field.description)
-
-
-def config_from_args(args) -> ProcessorConfig:
-    overrides = {name: getattr(args, name, None) for name in ProcessorConfig.model_fields}
-    return load_config(args.config, overrides=overrides)
+    add_config_file_flag(p)
+    for name in ProcessorConfig.model_fields:
+        add_field_flag(p, name)
 
 
 def register(sub) -> None:
@@ -38,7 +36,8 @@ def run(args) -> int:
         cfg = config_from_args(args)
     except ConfigError as exc:
         log.error("config.invalid", error=str(exc))
-        return 2
+        return EXIT_CONFIG
+    log.info("run.config", kafka=cfg.kafka_client().redacted(), group=cfg.group, guarantee=cfg.guarantee)
     metrics = None
     if cfg.metrics_port:
         from processor.runtime.metrics import Metrics
@@ -46,7 +45,11 @@ def run(args) -> int:
         metrics = Metrics()
         port = metrics.start_server(cfg.metrics_host, cfg.metrics_port)
         log.info("metrics.serving", url=f"http://{cfg.metrics_host}:{port}/metrics")
-    runner = Runner(cfg, metrics=metrics)
+    try:
+        runner = Runner(cfg, metrics=metrics)
+    except KafkaUnavailable as exc:  # wrong credentials, TLS trust or address: say so, do not hang
+        log.error("kafka.unavailable", error=str(exc))
+        return EXIT_KAFKA_UNAVAILABLE
     summary = runner.run()
     log.info("run.done", **{k: v for k, v in summary.__dict__.items()}, events_per_s=round(summary.events_per_s))
     return 0

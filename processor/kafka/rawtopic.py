@@ -1,17 +1,25 @@
 """Writing RawEvents onto the raw topic: key = XID, murmur2 partitioning, heartbeats to every partition.
 
 Every source (generator, PostgreSQL capture, Oracle and IBM i replay) writes through RawTopicWriter,
-so partitioning and heartbeat rules live in one place.
+so partitioning, heartbeat and size rules live in one place. An event too large for the raw topic
+goes to the DLQ (reason, source, xid, size) when a DLQ topic is given, and raises RecordTooLarge
+otherwise: it never loops on a record the broker will always refuse.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from confluent_kafka import KafkaError, Message
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from processor.core import events
-from processor.kafka.clients import ensure_topics, make_producer, partition_count
+from processor.kafka.admin import BROKER_DEFAULT_REPLICATION, ensure_topics, max_message_bytes, partition_count
+from processor.kafka.client_config import KafkaClientConfig, as_client_config
+from processor.kafka.dlq import DeadLetterWriter
+from processor.kafka.produce import RecordTooLarge, flush, produce
+
+log = structlog.get_logger(__name__)
 
 
 class RawTopicWriter:
@@ -19,36 +27,50 @@ class RawTopicWriter:
 
     def __init__(
         self,
-        bootstrap: str,
+        client: KafkaClientConfig | str,
         topic: str = "txbuffer.raw",
         partitions: int = 4,
         create: bool = True,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        replication_factor: int = BROKER_DEFAULT_REPLICATION,
+        dlq_topic: str | None = None,
+        source: str = "source",
         **producer_conf: object,
     ):
+        self.client = as_client_config(client)
         if create:
-            ensure_topics(bootstrap, {topic: partitions})
+            ensure_topics(self.client, {topic: partitions}, replication_factor)
         self.topic = topic
-        self.partitions = partition_count(bootstrap, topic)
-        self.producer = make_producer(bootstrap, **producer_conf)
+        self.source = source
+        self.partitions = partition_count(self.client, topic)
+        if "message.max.bytes" not in producer_conf and "message.max.bytes" not in self.client.properties:
+            producer_conf["message.max.bytes"] = _topic_limit(self.client, topic)
+        self.producer = self.client.producer(**producer_conf)
+        self.dlq: DeadLetterWriter | None = None
+        if dlq_topic:
+            ensure_topics(self.client, {dlq_topic: 1}, replication_factor)
+            self.dlq = DeadLetterWriter(self.producer, dlq_topic)
         self.written = 0
+        self.oversized = 0
         self.failed: list[str] = []
         self._on_delivery = on_delivery
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self.failed.append(str(err))
+            self.failed.append(err.str())
         if self._on_delivery is not None:
             self._on_delivery(err, msg)
 
     def _produce(self, key: bytes, value: bytes, partition: int | None = None) -> None:
-        kwargs = {} if partition is None else {"partition": partition}
-        while True:
-            try:
-                self.producer.produce(self.topic, value=value, key=key, on_delivery=self._delivered, **kwargs)
-                break
-            except BufferError:
-                self.producer.poll(0.05)
+        try:
+            produce(self.producer, self.topic, value, key, partition=partition, on_delivery=self._delivered)
+        except RecordTooLarge as exc:
+            if self.dlq is None:
+                raise
+            self.oversized += 1
+            log.warning("raw.oversized", topic=self.topic, xid=key.decode(errors="replace"), size=exc.size)
+            self.dlq.write(key, value, str(exc), self.source, xid=key.decode(errors="replace"))
+            return
         self.written += 1
         if self.written % 10000 == 0:
             self.producer.poll(0)
@@ -84,8 +106,18 @@ class RawTopicWriter:
             self._produce(b"", value, partition=p)
 
     def flush(self, timeout_s: float = 60.0) -> None:
-        remaining = self.producer.flush(timeout_s)
-        if remaining:
-            raise TimeoutError(f"{remaining} raw events not delivered to {self.topic}")
+        flush(self.producer, timeout_s, self.topic)
+        if self.dlq is not None:
+            self.dlq.flush(timeout_s)
         if self.failed:
             raise RuntimeError(f"{len(self.failed)} raw events failed: {self.failed[:3]}")
+
+
+def _topic_limit(client: KafkaClientConfig, topic: str) -> int:
+    """The raw topic's max.message.bytes, so an oversized event fails at produce() and alone;
+    librdkafka's own default (1,000,000) when the topic's config may not be read (no ACL)."""
+    try:
+        return max_message_bytes(client, [topic])
+    except (KafkaException, KeyError, TimeoutError) as exc:
+        log.info("raw.size_limit_unknown", topic=topic, error=str(exc))
+        return 1_000_000

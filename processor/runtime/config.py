@@ -1,6 +1,10 @@
 """The one typed configuration model, used by the CLI, the environment and the config file alike.
 
 Precedence: command-line flags > environment (TXBUFFER_<FIELD>) > YAML file > defaults.
+
+Kafka client properties (librdkafka names, e.g. security.protocol) reach every client. They merge,
+later winning: the `client_properties` file < the YAML file's `kafka:` mapping <
+TXBUFFER_KAFKA_<NAME> variables (SECURITY_PROTOCOL -> security.protocol) < --kafka-config NAME=VALUE.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from processor.kafka.client_config import KafkaClientConfig, env_properties, read_properties_file, redact
+
 ENV_PREFIX = "TXBUFFER_"
+KAFKA_ENV_PREFIX = ENV_PREFIX + "KAFKA_"
 
 
 class ConfigError(ValueError):
@@ -24,6 +31,19 @@ class ProcessorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    kafka: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kafka client property for every client, NAME=VALUE (librdkafka names; repeatable)",
+    )
+    client_properties: Path | None = Field(
+        None, description="a Kafka client .properties file (e.g. a mounted Secret); other settings win over it"
+    )
+    replication_factor: int = Field(
+        -1, ge=-1, description="replication factor of topics txbuffer creates; -1 = the broker's default"
+    )
+    oversized: Literal["dlq", "fail"] = Field(
+        "dlq", description="an output over the size limit: dlq = dead-letter it and mark its END; fail = stop"
+    )
     raw_topic: str = "txbuffer.raw"
     changes_topic: str = "txbuffer.changes"
     transactions_topic: str = "txbuffer.transactions"
@@ -80,11 +100,33 @@ class ProcessorConfig(BaseModel):
             return frozenset(v.strip() for v in value.split(",") if v.strip())
         return value
 
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _properties_as_text(cls, value: Any) -> Any:
+        # YAML reads `enable.ssl.certificate.verification: false` as a bool; librdkafka wants "false".
+        if isinstance(value, Mapping):
+            value = {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+            owned = {"bootstrap.servers": "bootstrap", "group.id": "group"}.items()
+            for prop, field in owned:
+                if prop in value:
+                    raise ValueError(f"{prop} is set by the `{field}` setting, not as a client property")
+        return value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (redact(value) if name == "kafka" else value)
+
+    def kafka_client(self) -> KafkaClientConfig:
+        """The connection every Kafka client of this process uses."""
+        return KafkaClientConfig(bootstrap=self.bootstrap, properties=dict(self.kafka))
+
 
 def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
     fields = ProcessorConfig.model_fields
-    values = {}
+    values: dict[str, Any] = {}
     for name, raw in env.items():
+        if name.startswith(KAFKA_ENV_PREFIX):
+            continue  # client properties, merged separately
         if name.startswith(ENV_PREFIX):
             field = name[len(ENV_PREFIX) :].lower()
             if field in fields:
@@ -105,10 +147,31 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping, not {type(loaded).__name__}")
         merged.update({k.replace("-", "_"): v for k, v in loaded.items()})
-    merged.update(_env_values(os.environ if env is None else env))
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    env = os.environ if env is None else env
+    file_kafka = merged.pop("kafka", None) or {}
+    if not isinstance(file_kafka, dict):
+        raise ConfigError(f"config file {file}: `kafka` must be a mapping of client properties")
+    merged.update(_env_values(env))
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    flag_kafka = given.pop("kafka", None) or {}
+    merged.update(given)
+    merged["kafka"] = {
+        **_properties_file(merged.get("client_properties")),
+        **file_kafka,
+        **env_properties(env, KAFKA_ENV_PREFIX),
+        **flag_kafka,
+    }
     try:
         return ProcessorConfig(**merged)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def _properties_file(path: Any) -> dict[str, str]:
+    if not path:
+        return {}
+    try:
+        return read_properties_file(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"client_properties: {exc}") from None

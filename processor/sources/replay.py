@@ -114,32 +114,28 @@ class Summary:
 
 
 class Replay:
-    """Writes a mapper's output: events through RawTopicWriter, dead letters to the DLQ topic."""
+    """Writes a mapper's output: events through RawTopicWriter, dead letters through its DLQ writer."""
 
-    def __init__(self, writer: Any, dlq_producer: Any, dlq_topic: str, source: str):
+    def __init__(self, writer: Any, source: str, file: str | None = None):
+        if writer.dlq is None:
+            raise ValueError("Replay needs a RawTopicWriter with a dlq_topic: bad rows must go somewhere")
         self.writer = writer
-        self.dlq = dlq_producer
-        self.dlq_topic = dlq_topic
         self.source = source
+        self.file = file
         self.summary = Summary()
 
     def _dead_letter(self, out: Output) -> None:
         src = out.source
-        headers = [("reason", out.reason.encode()), ("source", self.source.encode())]
-        if src is not None:
-            headers.append(("line", str(src.line).encode()))
         xid = src.row.get("XID") if src is not None else None
-        while True:
-            try:
-                self.dlq.produce(
-                    self.dlq_topic,
-                    value=src.original if src else b"",
-                    key=(str(xid).encode() if xid else None),
-                    headers=headers,
-                )
-                break
-            except BufferError:
-                self.dlq.poll(0.05)
+        self.writer.dlq.write(
+            str(xid).encode() if xid else None,
+            src.original if src else b"",
+            out.reason,
+            self.source,
+            file=self.file,
+            line=src.line if src else None,
+            xid=xid,
+        )
         short = out.reason.split(":")[0]
         self.summary.reasons[short] = self.summary.reasons.get(short, 0) + 1
         self.summary.dlq += 1
@@ -162,8 +158,7 @@ class Replay:
         # The whole file is on the topic: no COMMIT below these positions will follow.
         for thread, scn in sorted(mapper.watermarks().items()):
             self.writer.heartbeat(scn, thread=thread)
-        self.dlq.flush(60)
-        self.writer.flush()
+        self.writer.flush()  # raw events and dead letters
         return self.summary
 
 

@@ -8,15 +8,13 @@ ordering check keeps the last (commit_scn, seq) per output key, so a million-cha
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
 from processor.core import events
-from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.kafka.client_config import KafkaClientConfig
+from processor.kafka.read import read_to_end
 from processor.testing.expected import dumps, read_changes, read_transactions
 
 SAMPLE = 10  # examples kept per kind of problem
@@ -87,7 +85,7 @@ def _sorted(row: dict | None) -> list | None:
 
 
 def verify(
-    bootstrap: str,
+    bootstrap: KafkaClientConfig | str,
     expected_dir: str | Path,
     changes_topic: str = "txbuffer.changes",
     transactions_topic: str = "txbuffer.transactions",
@@ -195,29 +193,8 @@ def _check_transactions(
 
 
 def read_topic(
-    bootstrap: str, topic: str, timeout_s: float = 120.0, group: str = "txbuffer-verify"
+    client: KafkaClientConfig | str, topic: str, timeout_s: float = 120.0, group: str = "txbuffer-verify"
 ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every record up to the true end of each partition."""
-    ends = end_offsets(bootstrap, topic, group=group)
-    pending = {p for p, end in ends.items() if end > 0}
-    if not pending:
-        return
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_DEFAULTS})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(pending)])
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end in {timeout_s}s")
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                if msg.error():
-                    continue
-                p, offset = msg.partition(), msg.offset()
-                if p not in pending or offset >= ends[p]:
-                    continue
-                yield p, offset, msg.key(), msg.value()
-                if offset + 1 >= ends[p]:
-                    pending.discard(p)
-                    consumer.incremental_unassign([TopicPartition(topic, p)])
-    finally:
-        consumer.close()
+    for msg in read_to_end(client, topic, group, timeout_s):
+        yield msg.partition(), msg.offset(), msg.key(), msg.value()

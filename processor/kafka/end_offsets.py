@@ -1,0 +1,58 @@
+"""Log start and end offsets of topic partitions, by ListOffsets: the one offset probe.
+
+Apache Kafka answers ListOffsets(latest) with the high watermark (read_uncommitted), which is the
+true end. One AdminClient request covers every partition asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from processor.kafka.admin import Admin
+from processor.kafka.client_config import KafkaClientConfig
+
+TopicPartitionId = tuple[str, int]
+
+
+def list_offsets(
+    client: KafkaClientConfig | str,
+    partitions: Iterable[TopicPartitionId],
+    which: str = "latest",
+    timeout_s: float = 10.0,
+    read_committed: bool = False,
+) -> dict[TopicPartitionId, int]:
+    """`latest`: the end (next offset to be written); `earliest`: the log start."""
+    spec = {"latest": OffsetSpec.latest, "earliest": OffsetSpec.earliest}[which]()
+    wanted = {TopicPartition(topic, p): spec for topic, p in partitions}
+    if not wanted:
+        return {}
+    admin = Admin(client)
+    admin.metadata(timeout_s=timeout_s)  # clear errors for a refused or absent broker
+    isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
+    return {(tp.topic, tp.partition): future.result(timeout_s).offset for tp, future in futures.items()}
+
+
+def topic_partitions(client: KafkaClientConfig | str, topic: str, timeout_s: float = 10.0) -> list[TopicPartitionId]:
+    admin = Admin(client)
+    meta = admin.metadata(topic, timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise LookupError(f"topic {topic!r} does not exist on {admin.client.bootstrap}")
+    return [(topic, p) for p in sorted(meta.partitions)]
+
+
+def end_offsets(
+    client: KafkaClientConfig | str, topic: str, group: str | None = None, timeout_s: float = 10.0
+) -> dict[int, int]:
+    """End offset per partition of one topic. (`group` is accepted for older callers; unused.)"""
+    ends = list_offsets(client, topic_partitions(client, topic, timeout_s), "latest", timeout_s)
+    return {p: end for (_, p), end in ends.items()}
+
+
+def start_offsets(client: KafkaClientConfig | str, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
+    """Log start offset per partition (above 0 after retention or DeleteRecords)."""
+    starts = list_offsets(client, topic_partitions(client, topic, timeout_s), "earliest", timeout_s)
+    return {p: start for (_, p), start in starts.items()}

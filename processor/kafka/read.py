@@ -1,0 +1,60 @@
+"""Reading a topic from its start (or given offsets) up to the end offsets taken when the read begins.
+
+The one bounded reader for verifiers, tools and benchmarks. Completion is judged by the consumer's
+position, not by the last record seen: a transactional topic ends in a commit marker that no
+record reports, and a read_committed consumer skips aborted records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+
+from processor.kafka.client_config import KafkaClientConfig, as_client_config
+from processor.kafka.end_offsets import end_offsets
+
+
+def read_to_end(
+    client: KafkaClientConfig | str,
+    topic: str,
+    group: str = "txbuffer-reader",
+    timeout_s: float = 120.0,
+    starts: Mapping[int, int] | None = None,
+    ends: Mapping[int, int] | None = None,
+    **consumer_conf: Any,
+) -> Iterator[Message]:
+    """Yield every record of `topic` (in partition order per partition) below its end offsets.
+
+    starts: offset to begin at per partition (default: the log start); ends: where to stop
+    (default: the end offsets now). TimeoutError if the ends are not reached in timeout_s.
+    """
+    client = as_client_config(client)
+    ends = dict(ends if ends is not None else end_offsets(client, topic, timeout_s=min(timeout_s, 30.0)))
+    starts = dict(starts or {})
+    pending = {p for p, end in ends.items() if end > starts.get(p, 0)}
+    if not pending:
+        return
+    consumer = client.consumer(group, **consumer_conf)
+    try:
+        consumer.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in sorted(pending)])
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end in {timeout_s}s")
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                if msg.error() or msg.partition() not in pending or msg.offset() >= ends[msg.partition()]:
+                    continue
+                yield msg
+            done = [
+                tp.partition
+                for tp in consumer.position([TopicPartition(topic, p) for p in pending])
+                if tp.offset >= ends[tp.partition]
+            ]
+            if done:
+                pending.difference_update(done)
+                consumer.incremental_unassign([TopicPartition(topic, p) for p in done])
+    finally:
+        consumer.close()
