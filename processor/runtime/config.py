@@ -84,6 +84,20 @@ class ProcessorConfig(BaseModel):
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus endpoint port; 0 = off")
     metrics_host: str = "127.0.0.1"
+    # --- output mode (issue 17; processor/runtime/debezium_sink.py, docs/debezium.md) ---
+    envelope: Literal["txbuffer", "debezium"] = Field(
+        "txbuffer", description="txbuffer = one changes topic; debezium = Debezium's topics, keys and envelope"
+    )
+    topic_prefix: str = Field("txbuffer", description="debezium: topics are <prefix>.<schema>.<table>")
+    serialization: Literal["json", "avro"] = Field(
+        "json", description="debezium: json = Connect JsonConverter with schemas; avro = Confluent wire format"
+    )
+    schema_registry_url: str = Field("", description="debezium + avro: the Schema Registry (mock:// for tests)")
+    debezium_connector: Literal["postgresql", "oracle", "ibmi"] = Field(
+        "postgresql", description="debezium: whose source block and names to follow"
+    )
+    debezium_database: str = Field("", description="debezium: source.db; default the topic prefix")
+    column_catalogue: Path | None = Field(None, description="debezium: YAML/JSON file of typed columns per table")
 
     @field_validator(
         "include_users",

@@ -8,6 +8,7 @@ string, and the common source fields are ordered version, connector, name, ts_ms
 sequence, ts_us, ts_ns, as in debezium-core 3.4's SchemaFactory) the reference follows the code.
 """
 
+import decimal
 import json
 
 import pytest
@@ -305,3 +306,44 @@ def test_oracle_source_block_has_debeziums_oracle_fields():
     assert src["scn"] == "24023128" and src["commit_scn"] == "24023119"
     assert src["rs_id"] == " 0x0001 " and src["ssn"] == 4 and src["redo_thread"] == 1
     assert rec.value["transaction"]["id"] == "555"
+
+
+PG_COLUMNS = json.dumps(
+    [
+        ["id", 23, -1, "integer", 1, 0],
+        ["amount", 1700, ((12 << 16) | 2) + 4, "numeric(12,2)", 0, 1],
+        ["mood", 16500, -1, "public.mood", 0, 1],
+        ["zip", 16600, -1, "character varying(5)", 0, 1],
+    ]
+)
+
+
+def test_columns_typed_by_the_capture_attr_pg_columns_and_snapshot_rows_are_op_r():
+    book = SchemaBook()
+    records = _records(book)
+    change = _change(
+        "r",
+        {"id": 4},
+        None,
+        {"id": 4, "amount": "1.50", "mood": "sad", "zip": "12345"},
+        table="public.acct",
+        attrs={"pg_columns": PG_COLUMNS},
+    )
+    rec = records.change(change, 0)
+    schema = book.tables["public.acct"]
+    assert [c.type.connect.get("name", c.type.connect["type"]) for c in schema.columns] == [
+        "int32",
+        "org.apache.kafka.connect.data.Decimal",
+        "string",
+        "string",
+    ]
+    assert schema.fallbacks == ("mood",)  # a user type the OID table does not know: text, with a warning
+    assert schema.column("zip").type.fallback is False  # a domain's SQL name is read instead
+    assert rec.value["op"] == "r" and rec.value["source"]["snapshot"] == "true"
+    assert rec.value["after"]["amount"] == decimal.Decimal("1.50")
+    # The same text again: same schema version; a changed table: a new version.
+    records.change({**change, "op": "c"}, 0)
+    assert book.tables["public.acct"].version == 1
+    wider = json.dumps([*json.loads(PG_COLUMNS), ["extra", 25, -1, "text", 0, 1]])
+    records.change(_change("c", {"id": 5}, None, {"id": 5}, table="public.acct", attrs={"pg_columns": wider}), 0)
+    assert book.tables["public.acct"].version == 2

@@ -13,7 +13,7 @@ from processor.core.debezium import source_blocks as sb
 from processor.core.debezium.schemas import SchemaBook, TableSchema, avro_name
 
 ENVELOPE_VERSION = 2  # Debezium 2.x/3.x SchemaFactory: the Envelope schema's version
-OPS = {"c": "c", "u": "u", "d": "d", "t": "t"}
+OPS = {"c": "c", "u": "u", "d": "d", "t": "t", "r": "r"}
 
 TRANSACTION_BLOCK = {
     "type": "struct",
@@ -138,7 +138,8 @@ class DebeziumRecords:
         if op == "t":
             schema = self.book.tables.get(table) or self.book.for_row(table, None, None, None)
         else:
-            schema = self.book.for_row(table, change["key"], change["before"], change["after"])
+            attrs = src.get("attrs") or {}
+            schema = self.book.for_change(table, change["key"], change["before"], change["after"], attrs)
         key_schema, envelope = self.schemas(schema)
         if op == "t":
             key, before, after = None, None, None
@@ -147,12 +148,11 @@ class DebeziumRecords:
             key = schema.key_payload(change["key"])
             before = schema.row(change["before"], partial=True)
             after = schema.row(change["after"])
-        attrs = src.get("attrs") or {}
         txn = change.get("transaction")
         value = {
             "before": before,
             "after": after,
-            "source": sb.source_payload(self.ctx, src, schema.schema_name, schema.table_name),
+            "source": sb.source_payload(self.ctx, src, schema.schema_name, schema.table_name, op == "r"),
             "transaction": None
             if txn is None
             else {
@@ -160,7 +160,7 @@ class DebeziumRecords:
                 "total_order": txn["total_order"],
                 "data_collection_order": txn["data_collection_order"],
             },
-            "op": "r" if op == "c" and attrs.get("snapshot") in ("true", "1", "last") else op,
+            "op": op,
             "ts_ms": now_ms,
             "ts_us": now_ms * 1000,
             "ts_ns": now_ms * 1_000_000,

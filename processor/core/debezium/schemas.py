@@ -16,7 +16,7 @@ from typing import Any
 
 from processor.core.debezium import pg_types
 from processor.core.debezium import types as t
-from processor.core.debezium.catalogue import Column, TableColumns
+from processor.core.debezium.catalogue import Column, TableColumns, parse_type
 
 
 class RowMismatch(ValueError):
@@ -120,6 +120,20 @@ class SchemaBook:
         self.catalogue = catalogue or {}
         self.tables: dict[str, TableSchema] = {}
         self._next_version: dict[str, int] = {}  # tables whose columns a DDL made us forget
+        self._pg_columns: dict[str, str] = {}  # table -> the attrs["pg_columns"] text its schema came from
+
+    def for_change(
+        self, table: str, key: dict | None, before: dict | None, after: dict | None, attrs: dict
+    ) -> TableSchema:
+        """The schema of one change: typed by the source when it says (PostgreSQL's attrs["pg_columns"],
+        parsed once per distinct text), else from the catalogue and the row's values."""
+        text = attrs.get(PG_COLUMNS)
+        if text and text != self._pg_columns.get(table):
+            parsed = pg_columns(text)
+            if parsed is not None:
+                self._pg_columns[table] = text
+                self.set_columns(table, *parsed)
+        return self.for_row(table, key, before, after)
 
     def for_row(self, table: str, key: dict | None, before: dict | None, after: dict | None) -> TableSchema:
         """The table's schema, created or widened so that this row's columns all have a type."""
@@ -171,6 +185,35 @@ class SchemaBook:
 
     def _initial_version(self, table: str) -> int:
         return self._next_version.pop(table, 1)
+
+
+PG_COLUMNS = (
+    "pg_columns"  # the attr PostgreSQL capture puts on every row event: [[name, oid, typmod, type, key, optional]]
+)
+
+
+def pg_columns(text: str) -> tuple[tuple[Column, ...], tuple[str, ...]] | None:
+    """Typed columns from a row event's attrs["pg_columns"] (see processor/sources/pg_columns.py)."""
+    try:
+        specs = json.loads(text)
+        cols = tuple(
+            Column(str(name), _pg_type(int(oid), int(typmod), type_name), bool(optional) and not key)
+            for name, oid, typmod, type_name, key, optional in specs
+        )
+        key = tuple(str(spec[0]) for spec in specs if spec[4])
+    except (ValueError, TypeError, IndexError):
+        return None
+    return cols, key
+
+
+def _pg_type(oid: int, typmod: int, type_name: str | None) -> t.ColumnType:
+    column = pg_types.from_oid(oid, typmod, type_name)
+    if column.fallback and type_name:
+        # A type the OID table does not know (a domain, an extension type): try its SQL name.
+        named = parse_type(type_name)
+        if not named.fallback:
+            return named
+    return column
 
 
 def pg_ddl_columns(ddl: str | None) -> tuple[tuple[Column, ...], tuple[str, ...]] | None:

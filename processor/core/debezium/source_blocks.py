@@ -145,7 +145,7 @@ def _ibmi(src: dict, attrs: dict) -> dict:
 _BUILDERS: dict[str, Callable[[dict, dict], dict]] = {"postgresql": _postgresql, "oracle": _oracle, "ibmi": _ibmi}
 
 
-def source_payload(ctx: SourceContext, src: dict, schema_name: str, table_name: str) -> dict:
+def source_payload(ctx: SourceContext, src: dict, schema_name: str, table_name: str, snapshot: bool = False) -> dict:
     """The source block of one change; src is the txbuffer ChangeEvent's `source` record."""
     attrs = src.get("attrs") or {}
     ts_ms = src["commit_ts_ms"]
@@ -154,7 +154,7 @@ def source_payload(ctx: SourceContext, src: dict, schema_name: str, table_name: 
         "connector": CONNECTOR_NAMES[ctx.family],
         "name": ctx.topic_prefix,
         "ts_ms": ts_ms,
-        "snapshot": "true" if attrs.get("snapshot") in ("true", "1", "last") else "false",
+        "snapshot": "true" if snapshot else "false",
         "db": attrs.get("db") or ctx.database,
         "ts_us": ts_ms * 1000,
         "ts_ns": ts_ms * 1_000_000,

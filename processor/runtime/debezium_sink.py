@@ -1,0 +1,192 @@
+"""The `debezium` output mode: a Sink that writes what a Debezium user expects.
+
+The emitter's one dispatch path hands every sink the same txbuffer ChangeEvent and
+TransactionEvent bytes; this sink decodes them and writes Debezium's records instead:
+  * each change on <prefix>.<schema>.<table>, keyed by a typed Key record, valued by the Envelope
+    (a primary-key update becomes delete + tombstone + create; a delete is followed by a tombstone
+    when `tombstones` is on, which is why the emitter's own tombstone is acknowledged here unsent);
+  * BEGIN/END on <prefix>.transaction;
+  * a DDL as a schema change event on <prefix>, giving the table a new schema version.
+A row that does not fit its table's schema goes to the DLQ with the reason, and counts as delivered
+once the dead letter is. Serialization failures of the registry (RegistryUnavailable) propagate:
+the processor stops before producing any record of that change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+from processor import __version__ as txbuffer_version
+from processor.core import events as ev
+from processor.core.contracts import AckCallback, Sink
+from processor.core.debezium import catalogue as cat
+from processor.core.debezium import connect_json
+from processor.core.debezium import source_blocks as sb
+from processor.core.debezium.envelope import DebeziumRecords, Record
+from processor.core.debezium.schema_change import schema_change_record
+from processor.core.debezium.schemas import RowMismatch, SchemaBook, TableSchema
+from processor.kafka.admin import ensure_topics
+from processor.kafka.produce import produce
+from processor.kafka.sink import KafkaSink
+from processor.runtime.config import ConfigError, ProcessorConfig
+
+log = structlog.get_logger(__name__)
+
+Serialize = Callable[[str, str, dict | None, Any], bytes | None]  # (topic, "key"|"value", schema, payload)
+DLQ_SOURCE = "debezium-output"
+
+
+def json_serializer(_topic: str, _field: str, schema: dict | None, payload: Any) -> bytes | None:
+    return connect_json.render(schema, payload)
+
+
+class _AllAcked:
+    """Acknowledges one emitter change once every record made from it is acknowledged."""
+
+    def __init__(self, count: int, on_ack: AckCallback):
+        self.left, self.on_ack, self.error = count, on_ack, None
+
+    def __call__(self, err: Any, _msg: Any = None) -> None:
+        if err is not None and self.error is None:
+            self.error = err
+        self.left -= 1
+        if self.left == 0:
+            self.on_ack(self.error)
+
+
+class DebeziumSink:
+    """Implements core.contracts.Sink with Debezium's topics, keys and envelopes."""
+
+    def __init__(
+        self,
+        kafka_sink: KafkaSink,
+        records: DebeziumRecords,
+        serialize: Serialize,
+        tombstones: bool = False,
+        ensure_topic: Callable[[str], None] | None = None,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
+        self.kafka = kafka_sink
+        self.producer = kafka_sink.producer
+        self.records = records
+        self.serialize = serialize
+        self.tombstones = tombstones
+        self.ensure_topic = ensure_topic
+        self.clock_ms = clock_ms
+        self.topics: set[str] = set()
+        self.warned: set[tuple[str, int]] = set()
+        self.rows_dead_lettered = 0
+
+    # -- Sink --------------------------------------------------------------------------------------
+
+    def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:
+        if value is None:
+            on_ack(None)  # the emitter's tombstone: written with its delete, on the right topic and key
+            return
+        change = ev.decode_change(value)
+        now = self.clock_ms()
+        if change["op"] == "ddl":
+            out = [self._schema_change(change, now)]
+        else:
+            try:
+                out = self.records.row_records(change, now, self.tombstones)
+            except RowMismatch as exc:
+                self._dead_letter(key, value, change, str(exc), on_ack)
+                return
+            self._warn_fallbacks(self.records.book.tables.get(change["source"]["table"] or ""))
+        # Serialize everything first: a registry failure must not leave part of a change written.
+        encoded = [self._encode(r) for r in out]
+        acks = _AllAcked(len(encoded), on_ack)
+        for topic, k, v in encoded:
+            produce(self.producer, topic, v, k, on_delivery=acks)
+
+    def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
+        record = self.records.transaction(ev.decode_transaction(value))
+        topic, k, v = self._encode(record)
+        produce(self.producer, topic, v, k, on_delivery=lambda err, _msg: on_ack(err))
+
+    # -- pieces ------------------------------------------------------------------------------------
+
+    def _encode(self, record: Record) -> tuple[str, bytes | None, bytes | None]:
+        if record.topic not in self.topics:
+            if self.ensure_topic is not None:
+                self.ensure_topic(record.topic)
+            self.topics.add(record.topic)
+        key = self.serialize(record.topic, "key", record.key_schema, record.key)
+        value = self.serialize(record.topic, "value", record.value_schema, record.value)
+        return record.topic, key, value
+
+    def _schema_change(self, change: dict, now: int) -> Record:
+        table = change["source"]["table"] or ""
+        schema = self.records.book.apply_ddl(table, change.get("ddl"))
+        log.info("debezium.schema_change", table=table, version=schema.version if schema else "next row")
+        return schema_change_record(self.records, change, schema, now)
+
+    def _dead_letter(self, key: bytes, value: bytes, change: dict, reason: str, on_ack: AckCallback) -> None:
+        table = change["source"]["table"]
+        self.rows_dead_lettered += 1
+        log.warning("debezium.row_mismatch", table=table, event_id=change["event_id"], reason=reason)
+        self.kafka.dlq.write(
+            key,
+            value,
+            f"row does not fit the schema of {table}: {reason}",
+            DLQ_SOURCE,
+            xid=change["source"]["xid"],
+            event_id=change["event_id"],
+            on_ack=on_ack,
+        )
+
+    def _warn_fallbacks(self, schema: TableSchema | None) -> None:
+        if schema is None or not schema.fallbacks or (schema.table, schema.version) in self.warned:
+            return
+        self.warned.add((schema.table, schema.version))
+        types = {n: schema.column(n).type.name for n in schema.fallbacks}  # type: ignore[union-attr]
+        log.warning("debezium.unknown_type_as_string", table=schema.table, columns=types)
+
+
+def load_catalogue(path: Path | None, family: str) -> dict[str, cat.TableColumns]:
+    if path is None:
+        return {}
+    if not Path(path).is_file():
+        raise ConfigError(f"column_catalogue: file not found: {path}")
+    text = Path(path).read_text()
+    try:
+        doc = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+        return cat.load(doc, family)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"column_catalogue {path}: {exc}") from None
+
+
+def make_output(cfg: ProcessorConfig, kafka_sink: KafkaSink, partitions: int = 1) -> Sink:
+    """The emitter's Sink for the configured output mode (`envelope`)."""
+    if cfg.envelope == "txbuffer":
+        return kafka_sink
+    serialize: Serialize
+    if cfg.serialization == "avro":
+        if not cfg.schema_registry_url:
+            raise ConfigError("serialization avro needs schema_registry_url (--schema-registry-url)")
+        from processor.kafka.schema_registry import AvroRecordSerializer
+
+        serialize = AvroRecordSerializer(cfg.schema_registry_url).serialize
+    else:
+        serialize = json_serializer
+    ctx = sb.SourceContext(
+        cfg.debezium_connector, cfg.topic_prefix, cfg.debezium_database or cfg.topic_prefix, txbuffer_version
+    )
+    book = SchemaBook(load_catalogue(cfg.column_catalogue, cfg.debezium_connector))
+    client = cfg.kafka_client()
+
+    def ensure_topic(topic: str) -> None:
+        ensure_topics(client, {topic: partitions}, cfg.replication_factor)
+
+    log.info(
+        "debezium.output", prefix=cfg.topic_prefix, serialization=cfg.serialization, connector=cfg.debezium_connector
+    )
+    return DebeziumSink(kafka_sink, DebeziumRecords(ctx, book), serialize, cfg.tombstones, ensure_topic)
