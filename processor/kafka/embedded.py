@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import collections
 import os
 import re
 import shutil
@@ -305,8 +306,8 @@ class EmbeddedKafka:
         parts = []
         for path in (self.log_path, self.data_dir / "jvm.out" if self.data_dir else None):
             if path is not None and path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                parts.append(f"--- {path}\n" + "\n".join(text))
+                with open(path, errors="replace") as fh:
+                    parts.append(f"--- {path}\n" + "".join(collections.deque(fh, maxlen=lines)))
         return "\n".join(parts)
 
 
