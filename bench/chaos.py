@@ -57,7 +57,7 @@ from processor.kafka.dlq import read_dlq_headers
 from processor.kafka.end_offsets import end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.read import read_to_end
-from processor.kafka.tansu import EmbeddedBroker, free_port
+from processor.kafka.embedded import EmbeddedKafka, free_port
 from processor.testing.expected import dumps
 from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import read_topic, verify
@@ -136,7 +136,7 @@ class Chaos:
         )
         self.group = f"chaos-{tag}"
         self.expected_dir = self.tmp / "expected"
-        self.broker = EmbeddedBroker(log_path=self.tmp / "tansu.log")
+        self.broker = EmbeddedKafka(log_path=self.tmp / "broker.log")
         self.instances = [
             Instance(i, self.tmp / f"state-{i}", self.tmp / f"instance-{i}.log") for i in range(c.instances)
         ]

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
 from processor.kafka.rawtopic import RawTopicWriter
-from processor.kafka.tansu import EmbeddedBroker
+from processor.kafka.embedded import EmbeddedKafka
 
 from . import measure as m
 from . import workloads as wl
@@ -647,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         "git": _git_state(),
     }
     try:
-        with EmbeddedBroker() as broker:
+        with EmbeddedKafka() as broker:
             bench = Bench(broker.bootstrap, sizes, workdir, RESULTS if args.profile else None)
             info["prepare"] = bench.prepare(only)
             for run in range(runs):

@@ -94,8 +94,8 @@ if __name__ == "__main__":
     import json
     import sys
 
-    from processor.kafka.tansu import EmbeddedBroker
+    from processor.kafka.embedded import EmbeddedKafka
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    with EmbeddedBroker() as broker:
+    with EmbeddedKafka() as broker:
         print(json.dumps(bench_spark(broker.bootstrap, n)))

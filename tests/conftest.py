@@ -1,7 +1,8 @@
 """Shared fixtures: one broker per test session.
 
-`broker` is real Apache Kafka (testcontainers, apache/kafka:3.8.0) when a Docker engine answers,
-else the embedded Tansu broker. TXBUFFER_TEST_BROKER=embedded|kafka forces one.
+`broker` is Apache Kafka everywhere: the embedded KRaft broker started from the official jars
+(processor/kafka/embedded.py), or testcontainers' apache/kafka when a Docker engine answers and
+TXBUFFER_TEST_BROKER=docker asks for it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pytest
 @dataclass
 class BrokerHandle:
     bootstrap: str
-    kind: str  # "embedded" or "apache-kafka"
+    kind: str = "apache-kafka"  # the only broker the suite runs on
+    source: str = "embedded"  # "embedded" (EmbeddedKafka) or "docker" (testcontainers apache/kafka)
+    embedded: object | None = None  # the EmbeddedKafka, for tests that stop, kill or pause it
 
 
 def _docker_reachable() -> str | None:
@@ -48,22 +51,22 @@ def _apache_kafka_container():
 
 @pytest.fixture(scope="session")
 def broker():
-    wanted = os.environ.get("TXBUFFER_TEST_BROKER", "auto")
-    reason = _docker_reachable() if wanted != "embedded" else "forced embedded"
-    if reason is None:
+    wanted = os.environ.get("TXBUFFER_TEST_BROKER", "embedded")
+    if wanted == "docker":
+        reason = _docker_reachable()
+        if reason is not None:
+            pytest.skip(f"TXBUFFER_TEST_BROKER=docker but no Docker engine is reachable ({reason})")
         container = _apache_kafka_container()
         container.start(timeout=120)
         try:
-            yield BrokerHandle(container.get_bootstrap_server(), "apache-kafka")
+            yield BrokerHandle(container.get_bootstrap_server(), source="docker")
         finally:
             container.stop()
         return
-    if wanted == "kafka":
-        pytest.skip(f"TXBUFFER_TEST_BROKER=kafka but no Docker engine is reachable ({reason})")
-    from processor.kafka.tansu import EmbeddedBroker
+    from processor.kafka.embedded import EmbeddedKafka
 
-    with EmbeddedBroker() as embedded:
-        yield BrokerHandle(embedded.bootstrap, "embedded")
+    with EmbeddedKafka() as embedded:
+        yield BrokerHandle(embedded.bootstrap, embedded=embedded)
         # Destroy clients that outlived their tests while the broker still answers; otherwise
         # librdkafka logs "connection refused" after pytest's closing summary.
         gc.collect()

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "broker", help="run the embedded Kafka-compatible broker (Tansu) and print its bootstrap address"
-    )
+    p = sub.add_parser("broker", help="run the embedded Apache Kafka broker (KRaft) and print its bootstrap address")
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
+    p.add_argument("--data-dir", default=None, help="keep topics here across restarts (default: a temporary dir)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from processor.kafka.tansu import EmbeddedBroker
+    from processor.kafka.embedded import EmbeddedKafka
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    broker = EmbeddedBroker(port=args.port).start()
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    broker = EmbeddedKafka(port=args.port, data_dir=data_dir, keep_data=data_dir is not None).start()
     print(broker.bootstrap, flush=True)
     try:
         while not stop.wait(1.0):

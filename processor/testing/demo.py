@@ -16,7 +16,7 @@ import structlog
 from tqdm import tqdm
 
 from processor.kafka.rawtopic import RawTopicWriter
-from processor.kafka.tansu import EmbeddedBroker
+from processor.kafka.embedded import EmbeddedKafka
 from processor.runtime.config import load_config
 from processor.runtime.runner import Runner
 from processor.testing.generator import WorkloadGenerator
@@ -49,7 +49,7 @@ def run_demo(opts: DemoOptions) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     expected_dir = workdir / "expected"
     started = time.monotonic()
-    with EmbeddedBroker(log_path=workdir / "broker.log") as broker:
+    with EmbeddedKafka(log_path=workdir / "broker.log") as broker:
         t0 = time.monotonic()
         generated = generate_workload(broker.bootstrap, opts, expected_dir)
         gen_s = time.monotonic() - t0

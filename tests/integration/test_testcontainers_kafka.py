@@ -82,9 +82,9 @@ def apache_kafka_container():
 @pytest.fixture(scope="module", params=["embedded", "apache-kafka"])
 def bootstrap(request):
     if request.param == "embedded":
-        from processor.kafka.tansu import EmbeddedBroker
+        from processor.kafka.embedded import EmbeddedKafka
 
-        broker = EmbeddedBroker().start()
+        broker = EmbeddedKafka().start()
         try:
             yield broker.bootstrap
         finally:
