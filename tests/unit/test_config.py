@@ -91,3 +91,51 @@ def test_invalid_flag_value_makes_run_exit_2(capsys):
     from processor.cli.app import main
 
     assert main(["--log-format", "json", "run", "--guarantee", "sometimes"]) == 2
+
+
+def test_kafka_properties_merge_file_then_yaml_then_env_then_flags(tmp_path):
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SSL\nsasl.mechanism=PLAIN\nclient.id=from-file\nlinger.ms=1\n")
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        f"client_properties: {props}\nkafka:\n  client.id: from-yaml\n  enable.ssl.certificate.verification: false\n"
+    )
+    env = {"TXBUFFER_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "TXBUFFER_KAFKA_LINGER_MS": "2"}
+    cfg = load_config(f, env=env, overrides={"kafka": {"linger.ms": "3"}})
+    assert cfg.kafka == {
+        "security.protocol": "SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "client.id": "from-yaml",
+        "linger.ms": "3",
+        "enable.ssl.certificate.verification": "false",
+    }
+    assert cfg.kafka_client().base()["bootstrap.servers"] == cfg.bootstrap
+
+
+def test_kafka_config_flags_and_bad_properties_are_clear(tmp_path, monkeypatch):
+    monkeypatch.delenv("TXBUFFER_BOOTSTRAP", raising=False)
+    args = build_parser().parse_args(
+        ["run", "--kafka-config", "security.protocol=SSL", "--kafka-config", "ssl.key.password=k", "--bootstrap", "h:1"]
+    )
+    cfg = config_from_args(args)
+    assert cfg.kafka == {"security.protocol": "SSL", "ssl.key.password": "k"} and cfg.bootstrap == "h:1"
+    assert "ssl.key.password': '***'" in repr(cfg) and "'k'" not in repr(cfg)
+    with pytest.raises(ConfigError, match=r"bootstrap.servers is set by the `bootstrap` setting"):
+        load_config(env={"TXBUFFER_KAFKA_BOOTSTRAP_SERVERS": "x:1"})
+    with pytest.raises(ConfigError, match=r"client_properties: .*not found"):
+        load_config(env={"TXBUFFER_CLIENT_PROPERTIES": str(tmp_path / "absent")})
+    with pytest.raises(ConfigError, match="PROPERTY=VALUE"):
+        config_from_args(build_parser().parse_args(["run", "--kafka-config", "oops"]))
+
+
+@pytest.mark.parametrize("command", ["generate", "replay oracle f.csv"])
+def test_every_kafka_command_reads_the_same_connection_settings(command, monkeypatch):
+    monkeypatch.setenv("TXBUFFER_BOOTSTRAP", "env-host:9092")
+    monkeypatch.setenv("TXBUFFER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    args = build_parser().parse_args([*command.split(), "--kafka-config", "sasl.mechanism=PLAIN"])
+    cfg = config_from_args(args)
+    assert cfg.bootstrap == "env-host:9092"
+    assert cfg.kafka == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+    assert (
+        config_from_args(build_parser().parse_args([*command.split(), "--bootstrap", "flag:1"])).bootstrap == "flag:1"
+    )
