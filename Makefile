@@ -1,39 +1,66 @@
-# Every target creates .venv on first use, so a fresh clone needs only `make demo` or `make test`.
+# Every target sets up what it needs, so a fresh clone needs only `make demo` or `make test`.
+# Setup = .venv (Python deps, compiled codec), the JVM jars resolved from Maven Central into
+# ~/.cache/txbuffer (reused), and the PostgreSQL 15 server package when initdb is missing.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BUNDLES ?= kafka spark connect
 
-.PHONY: venv test test-fast demo bench chaos clean
+.PHONY: venv setup jars jars-clean postgres lint test test-fast demo bench chaos fuzz clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard setup.py)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,sources,test]'
+	$(PY) -m pip install -q -e '.[spark,sources,debezium,test]'
 	touch $(STAMP)
 
-## The whole suite: unit, integration on the embedded broker, Spark, e2e.
-test: venv
-	$(PY) -m pytest -q -p no:cacheprovider tests
+## JVM jars (Apache Kafka, Spark connectors + Delta, Kafka Connect + Debezium JDBC sink), once.
+jars: venv
+	$(PY) -m processor.kafka.jars $(BUNDLES)
+
+jars-clean: venv
+	$(PY) -c "import shutil; from processor.kafka import jars; shutil.rmtree(jars.cache_root(), ignore_errors=True)"
+
+## The PostgreSQL 15 server binaries (Debian package) for the capture tests, if missing.
+postgres:
+	bash deploy/setup/postgres.sh
+
+setup: venv jars postgres
+
+## Layering (import-linter), lint and format (ruff), types (mypy strict on core/ and store/).
+lint: venv
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
+test: setup
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 ## Unit tests only (no broker): seconds.
 test-fast: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-## End to end on the embedded broker: generate, buffer, emit, verify.
-demo: venv
+## End to end on the embedded Apache Kafka broker: generate, buffer, emit, verify, land with Spark.
+demo: setup
 	$(VENV)/bin/txbuffer demo
 
 ## The benchmark harness (not part of the test suite).
-bench: venv
+bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.run
 
-## The kill campaign (1M events, 20 kills, 3 instances); see README.
-chaos: venv
+## The kill campaign (see docs/reliability.md).
+chaos: setup
 	$(PY) -m bench.chaos --events 1000000 --kills 20 --instances 3
+
+## Fuzzed input (see docs/reliability.md).
+fuzz: setup
+	$(PY) -m bench.fuzz
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

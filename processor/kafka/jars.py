@@ -55,7 +55,9 @@ def java_binary() -> str:
             return str(candidate)
     found = shutil.which("java")
     if not found:
-        raise BundleError("no `java` on PATH and no JAVA_HOME: install a JDK 17+ (apt-get install openjdk-17-jre-headless)")
+        raise BundleError(
+            "no `java` on PATH and no JAVA_HOME: install a JDK 17+ (apt-get install openjdk-17-jre-headless)"
+        )
     return found
 
 
@@ -111,14 +113,28 @@ def ensure_bundle(name: str, version: str, pom: Path) -> Path:
             os.rename(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    log.info("maven.bundle.resolved", bundle=name, version=version, jars=len(jars),
-             seconds=round(time.monotonic() - started, 1), libs=str(target / "libs"))
+    log.info(
+        "maven.bundle.resolved",
+        bundle=name,
+        version=version,
+        jars=len(jars),
+        seconds=round(time.monotonic() - started, 1),
+        libs=str(target / "libs"),
+    )
     return target / "libs"
 
 
 def _copy_dependencies(mvn: str, pom: Path, out: Path) -> None:
-    cmd = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-           "-DincludeScope=runtime", f"-DoutputDirectory={out}"]
+    cmd = [
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={out}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
@@ -128,3 +144,32 @@ def _copy_dependencies(mvn: str, pom: Path, out: Path) -> None:
 def classpath(libs: Path) -> str:
     """A JVM classpath for every jar of a bundle (the JVM expands the wildcard itself)."""
     return str(libs / "*")
+
+
+def bundle_version(name: str) -> str:
+    """The version a bundle is cached under: its pom's own <version> (callers pin the same)."""
+    import xml.etree.ElementTree as ET
+
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.parse(bundle_pom(name)).getroot()
+    version = root.find("m:version", ns)
+    if version is None:
+        version = root.find("version")
+    if version is None or not (version.text or "").strip():
+        raise BundleError(f"{bundle_pom(name)} has no <version>")
+    return version.text.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m processor.kafka.jars [BUNDLE ...]`: resolve bundles ahead of time (make jars)."""
+    import sys
+
+    names = (argv if argv is not None else sys.argv[1:]) or sorted(p.parent.name for p in maven_dir().glob("*/pom.xml"))
+    for name in names:
+        libs = ensure_bundle(name, bundle_version(name), bundle_pom(name))
+        print(f"{name}: {libs} ({len(list(libs.glob('*.jar')))} jars)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
