@@ -6,8 +6,9 @@ inside one REPEATABLE READ transaction, as READ raw events (op "r" downstream).
   continues from that point with no gap and no overlap.
 - Chunks: one chunk of `chunk_rows` rows is one raw transaction, xid
   `snapshot:<slot LSN>:<table>:<chunk>`, committed at the slot's LSN minus one (below every streamed
-  commit). After a chunk is acknowledged by Kafka its progress (count, last key) is saved; a chunk
-  sent again after a kill has the same xid and seq, so event_id dedup collapses it.
+  commit). A chunk is saved to `snapshot-chunk.pending` before it is sent, and its progress (count,
+  last key) after Kafka acknowledged it. A kill in between re-sends the saved chunk byte for byte
+  (same xid, seq and values), so event_id dedup collapses it; nothing is re-read for it.
 - Resume: a killed capture loses the exported snapshot. The remaining chunks are read in a fresh
   snapshot, and the stream replays every change since the slot's start, so each row converges to
   its current value (rows may pass through a state newer than their neighbours').
@@ -17,6 +18,8 @@ inside one REPEATABLE READ transaction, as READ raw events (op "r" downstream).
 
 from __future__ import annotations
 
+import os
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,12 +84,12 @@ def table_meta(cur: Any, table: str) -> TableMeta:
     return TableMeta(table, relid, columns, key)
 
 
-def _raw_text(conn: Any, oids: set[int]) -> None:
-    """Make psycopg2 hand back the server's text output for these types, untouched."""
+def _raw_text(cur: Any, oids: set[int]) -> None:
+    """Make psycopg2 hand back the server's text output for these types, untouched (this cursor only)."""
     import psycopg2.extensions
 
     raw = psycopg2.extensions.new_type(tuple(sorted(oids)), "TXBUFFER_RAW", lambda value, _cur: value)
-    psycopg2.extensions.register_type(raw, conn)
+    psycopg2.extensions.register_type(raw, cur)
 
 
 class Snapshotter:
@@ -114,6 +117,7 @@ class Snapshotter:
         if snapshot_name:
             cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
         started = time.monotonic()
+        self._resend_pending()
         for table in publication_tables(cur, self.publication):
             if self.state.table(table).done:
                 continue
@@ -123,7 +127,7 @@ class Snapshotter:
                 log.warning("postgres.snapshot_table_without_key", table=table)
                 self.skipped.append(table)
                 continue
-            self._table(cur, meta)
+            self._table(meta)
         self.conn.commit()
         log.info(
             "postgres.snapshot_done",
@@ -133,22 +137,23 @@ class Snapshotter:
         )
         return self.rows
 
-    def _table(self, cur: Any, meta: TableMeta) -> None:
+    def _table(self, meta: TableMeta) -> None:
         from psycopg2 import sql
 
         progress = self.state.table(meta.name)
-        _raw_text(self.conn, {c.type_oid for c in meta.columns} | {25})
+        cur = self.conn.cursor()
+        _raw_text(cur, {c.type_oid for c in meta.columns} | {25})
         by_name = {c.name: c for c in meta.columns}
         schema, name = meta.name.split(".", 1)
         ident = sql.Identifier(schema, name)
-        cols = sql.SQL(", ").join(sql.Identifier(c.name) for c in meta.columns)
-        key_cols = sql.SQL(", ").join(sql.Identifier(k) for k in meta.key)
-        key_text = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in meta.key)
+        cols = sql.SQL(", ").join(sql.Identifier("t", c.name) for c in meta.columns)
+        key_cols = sql.SQL(", ").join(sql.Identifier("t", k) for k in meta.key)
+        key_text = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("t", k)) for k in meta.key)
         after_key = sql.SQL(", ").join(
             sql.SQL("%s::{}").format(sql.SQL(by_name[k].type_name or "text")) for k in meta.key
         )
-        first = sql.SQL("SELECT {}, {} FROM {} ORDER BY {} LIMIT %s").format(cols, key_text, ident, key_cols)
-        more = sql.SQL("SELECT {}, {} FROM {} WHERE ({}) > ({}) ORDER BY {} LIMIT %s").format(
+        first = sql.SQL("SELECT {}, {} FROM {} AS t ORDER BY {} LIMIT %s").format(cols, key_text, ident, key_cols)
+        more = sql.SQL("SELECT {}, {} FROM {} AS t WHERE ({}) > ({}) ORDER BY {} LIMIT %s").format(
             cols, key_text, ident, key_cols, after_key, key_cols
         )
         types = meta.types
@@ -159,25 +164,65 @@ class Snapshotter:
             else:
                 cur.execute(more, (*progress.last_key, self.chunk_rows))
             rows = cur.fetchall()
-            if rows:
-                images = [
-                    {c.name: convert(c.type_oid, "n" if v is None else "t", None if v is None else v.encode())
-                     for c, v in zip(meta.columns, r[:n])}
-                    for r in rows
-                ]  # fmt: skip
-                self._send_chunk(meta.name, progress.chunks, images, meta.key, types)
-                progress.chunks += 1
-                progress.last_key = list(rows[-1][n:])
-                self.rows += len(rows)
-                if self.on_row is not None:
-                    for image in images:
-                        self.on_row(meta.name, {k: image[k] for k in meta.key}, image)
-            if len(rows) < self.chunk_rows:
-                progress.done = True
-            self.state.save()
+            images = [
+                {c.name: convert(c.type_oid, "n" if v is None else "t", None if v is None else v.encode())
+                 for c, v in zip(meta.columns, r[:n])}
+                for r in rows
+            ]  # fmt: skip
+            chunk = {
+                "table": meta.name,
+                "chunk": progress.chunks,
+                "last_key": list(rows[-1][n:]) if rows else progress.last_key,
+                "done": len(rows) < self.chunk_rows,
+                "key": meta.key,
+                "types": types,
+                "images": images,
+            }
+            self._save_pending(chunk)
+            self._deliver(chunk)
             if progress.done:
                 log.info("postgres.snapshot_table_done", table=meta.name, chunks=progress.chunks)
                 return
+
+    # ---- one chunk: saved, sent, acknowledged, recorded -------------------------------------------
+
+    @property
+    def _pending_path(self) -> Any:
+        assert self.state.path is not None
+        return self.state.path.parent / "snapshot-chunk.pending"
+
+    def _save_pending(self, chunk: dict) -> None:
+        tmp = self._pending_path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(chunk, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._pending_path)
+
+    def _resend_pending(self) -> None:
+        """A chunk saved before a kill: send it again, identical, unless its progress was recorded."""
+        path = self._pending_path
+        if not path.exists():
+            return
+        chunk = pickle.loads(path.read_bytes())
+        if chunk["chunk"] == self.state.table(chunk["table"]).chunks:
+            log.info("postgres.snapshot_chunk_resent", table=chunk["table"], chunk=chunk["chunk"])
+            self._deliver(chunk)
+        path.unlink()
+
+    def _deliver(self, chunk: dict) -> None:
+        progress = self.state.table(chunk["table"])
+        if chunk["images"]:
+            self._send_chunk(chunk["table"], chunk["chunk"], chunk["images"], chunk["key"], chunk["types"])
+            progress.chunks += 1
+            self.rows += len(chunk["images"])
+        progress.last_key = chunk["last_key"]
+        progress.done = chunk["done"]
+        if self.on_row is not None:
+            for image in chunk["images"]:
+                self.on_row(chunk["table"], {k: image[k] for k in chunk["key"]}, image)
+        self.state.save()
+        self._pending_path.unlink(missing_ok=True)
 
     def _send_chunk(self, table: str, chunk: int, images: list[dict], key: list[str], types: str) -> None:
         xid = f"snapshot:{pg.lsn_str(self.state.slot_lsn)}:{table}:{chunk}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -13,7 +14,19 @@ from pathlib import Path
 
 import pytest
 
-PG_BIN = Path(os.environ.get("TXBUFFER_PG_BIN", "/usr/lib/postgresql/15/bin"))
+SETUP_HINT = "install them with deploy/setup/postgres.sh"
+
+
+def find_pg_bin() -> Path:
+    """The PostgreSQL 15 server binaries: $TXBUFFER_PG_BIN, the Debian location, else `initdb` on PATH."""
+    candidates = [os.environ.get("TXBUFFER_PG_BIN"), "/usr/lib/postgresql/15/bin"]
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(str(Path(on_path).resolve().parent))
+    for c in filter(None, candidates):
+        if (Path(c) / "initdb").exists() and (Path(c) / "pg_ctl").exists():
+            return Path(c)
+    pytest.fail(f"PostgreSQL server binaries (initdb, pg_ctl) not found in {candidates}: {SETUP_HINT}", pytrace=False)
 
 
 @dataclass
@@ -31,43 +44,42 @@ def _as_postgres(*cmd: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
-def _unavailable() -> str | None:
-    if not (PG_BIN / "initdb").exists():
-        return f"no PostgreSQL binaries in {PG_BIN}"
-    if os.geteuid() == 0:
-        try:
-            import pwd
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
+
+def _require_postgres_user() -> None:
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
             pwd.getpwnam("postgres")
         except KeyError:
-            return "running as root but there is no `postgres` OS user to run initdb"
-    try:
-        import psycopg2  # noqa: F401
-    except ImportError:
-        return "psycopg2 is not installed (the `sources` extra)"
-    return None
+            pytest.fail(
+                f"running as root but there is no `postgres` OS user to run initdb: {SETUP_HINT}", pytrace=False
+            )
 
 
 @pytest.fixture(scope="session")
 def postgres():
-    reason = _unavailable()
-    if reason:
-        pytest.skip(f"PostgreSQL cluster unavailable: {reason}")
-    from processor.kafka.tansu import free_port
+    pg_bin = find_pg_bin()
+    _require_postgres_user()
 
     root = Path(tempfile.mkdtemp(prefix="txbuffer-pg-"))
     shutil.chown(root, "postgres", "postgres") if os.geteuid() == 0 else None
     datadir, log = root / "data", root / "pg.log"
     port = free_port()
-    _as_postgres(str(PG_BIN / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+    _as_postgres(str(pg_bin / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
     opts = (
         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c wal_level=logical "
         "-c logical_decoding_work_mem=64kB -c max_replication_slots=10 -c max_wal_senders=10 "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=60"
     )
-    _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(datadir), "-o", opts, "-l", str(log), "-w", "-t", "60", "start")
+    _as_postgres(str(pg_bin / "pg_ctl"), "-D", str(datadir), "-o", opts, "-l", str(log), "-w", "-t", "60", "start")
     try:
         yield PgCluster(port, datadir)
     finally:
-        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(datadir), "-m", "immediate", "-w", "stop")
+        _as_postgres(str(pg_bin / "pg_ctl"), "-D", str(datadir), "-m", "immediate", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
