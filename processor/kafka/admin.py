@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from processor.kafka.client_config import KafkaClientConfig, as_client_config
+
+log = structlog.get_logger(__name__)
 
 BROKER_DEFAULT_REPLICATION = -1  # CreateTopics v4+ (Kafka >= 2.4): use default.replication.factor
 _AUTH_CODES = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
@@ -113,6 +116,19 @@ def topic_configs(client: KafkaClientConfig | str, topic: str, timeout_s: float 
 
 
 def max_message_bytes(client: KafkaClientConfig | str, topics: list[str], timeout_s: float = 10.0) -> int:
-    """The smallest max.message.bytes of these topics: a producer capped at it (message.max.bytes)
-    rejects an oversized record at produce() instead of having a whole batch refused."""
+    """The smallest max.message.bytes of these topics."""
     return min(int(topic_configs(client, t, timeout_s)["max.message.bytes"]) for t in topics)
+
+
+def producer_size_limit(client: KafkaClientConfig, topics: list[str]) -> dict[str, int]:
+    """Producer settings capping records at the topics' size limit, so an oversized record fails
+    alone at produce() (RecordTooLarge) instead of the broker refusing a whole batch. Empty when
+    the user set message.max.bytes, or when the topics' config may not be read (no
+    DescribeConfigs ACL): librdkafka's own 1,000,000-byte default then applies."""
+    if "message.max.bytes" in client.properties:
+        return {}
+    try:
+        return {"message.max.bytes": max_message_bytes(client, topics)}
+    except (KafkaException, KeyError, TimeoutError) as exc:
+        log.info("kafka.size_limit_unknown", topics=topics, error=str(exc))
+        return {}

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, Message
 
 from processor.core import events
-from processor.kafka.admin import BROKER_DEFAULT_REPLICATION, ensure_topics, max_message_bytes, partition_count
+from processor.kafka.admin import BROKER_DEFAULT_REPLICATION, ensure_topics, partition_count, producer_size_limit
 from processor.kafka.client_config import KafkaClientConfig, as_client_config
 from processor.kafka.dlq import DeadLetterWriter
 from processor.kafka.produce import RecordTooLarge, flush, produce
@@ -43,9 +43,7 @@ class RawTopicWriter:
         self.topic = topic
         self.source = source
         self.partitions = partition_count(self.client, topic)
-        if "message.max.bytes" not in producer_conf and "message.max.bytes" not in self.client.properties:
-            producer_conf["message.max.bytes"] = _topic_limit(self.client, topic)
-        self.producer = self.client.producer(**producer_conf)
+        self.producer = self.client.producer(**{**producer_size_limit(self.client, [topic]), **producer_conf})
         self.dlq: DeadLetterWriter | None = None
         if dlq_topic:
             ensure_topics(self.client, {dlq_topic: 1}, replication_factor)
@@ -111,13 +109,3 @@ class RawTopicWriter:
             self.dlq.flush(timeout_s)
         if self.failed:
             raise RuntimeError(f"{len(self.failed)} raw events failed: {self.failed[:3]}")
-
-
-def _topic_limit(client: KafkaClientConfig, topic: str) -> int:
-    """The raw topic's max.message.bytes, so an oversized event fails at produce() and alone;
-    librdkafka's own default (1,000,000) when the topic's config may not be read (no ACL)."""
-    try:
-        return max_message_bytes(client, [topic])
-    except (KafkaException, KeyError, TimeoutError) as exc:
-        log.info("raw.size_limit_unknown", topic=topic, error=str(exc))
-        return 1_000_000
