@@ -7,9 +7,7 @@ import time
 
 import structlog
 
-from processor.cli.options import add_connection_flags, config_from_args
-from processor.kafka.admin import KafkaUnavailable
-from processor.runtime.config import ConfigError
+from processor.cli.options import add_connection_flags, add_raw_topic_flags, exit_codes, raw_topic_writer
 
 log = structlog.get_logger(__name__)
 
@@ -20,9 +18,7 @@ def register(sub) -> None:
         help="write a seeded workload (interleaving, rollbacks, savepoints, LOBs, huge transactions) to the raw topic",
     )
     add_connection_flags(p)
-    p.add_argument("--topic", default=None, help="raw topic (default: the config's raw_topic, txbuffer.raw)")
-    p.add_argument("--dlq-topic", default=None, help="where events too large for the raw topic go")
-    p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
+    add_raw_topic_flags(p)
     p.add_argument("--events", type=int, default=200_000, help="event budget (open transactions then finish)")
     p.add_argument("--open-txns", type=int, default=50, help="transactions open at once, interleaved")
     p.add_argument("--seed", type=int, default=1)
@@ -44,18 +40,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+@exit_codes
 def run(args) -> int:
     from tqdm import tqdm
 
-    from processor.kafka.rawtopic import RawTopicWriter
     from processor.testing.generator import WorkloadGenerator
 
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as exc:
-        log.error("config.invalid", error=str(exc))
-        return 2
-    topic = args.topic or cfg.raw_topic
+    writer = raw_topic_writer(args, source="generate")
     workload = WorkloadGenerator(
         args.events,
         open_txns=args.open_txns,
@@ -71,18 +62,6 @@ def run(args) -> int:
         heartbeat_every=args.heartbeat_every,
         expected_dir=args.expected_dir,
     )
-    try:
-        writer = RawTopicWriter(
-            cfg.kafka_client(),
-            topic,
-            args.partitions,
-            replication_factor=cfg.replication_factor,
-            dlq_topic=args.dlq_topic or cfg.dlq_topic,
-            source="generate",
-        )
-    except KafkaUnavailable as exc:
-        log.error("kafka.unavailable", error=str(exc))
-        return 3
     show = sys.stderr.isatty() if args.progress is None else args.progress
     started = time.monotonic()
     with tqdm(total=args.events + args.huge_txn_size, unit="ev", disable=not show, desc="generate") as bar:
@@ -92,7 +71,7 @@ def run(args) -> int:
     summary = workload.summary()
     log.info(
         "generate.done",
-        topic=topic,
+        topic=writer.topic,
         partitions=writer.partitions,
         records=writer.written,
         oversized=writer.oversized,

@@ -8,10 +8,20 @@ thing for run, generate, replay, capture and spark.
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 from typing import Any
 
+import structlog
+
+from processor.kafka.admin import KafkaAuthError, KafkaUnavailable
 from processor.kafka.client_config import parse_pairs
 from processor.runtime.config import ConfigError, ProcessorConfig, load_config
+
+log = structlog.get_logger(__name__)
+
+EXIT_CONFIG = 2
+EXIT_KAFKA_UNAVAILABLE = 3
 
 # Config fields every Kafka-using command accepts; `run` accepts all fields.
 CONNECTION_FIELDS = ("bootstrap", "kafka", "client_properties", "replication_factor")
@@ -51,3 +61,42 @@ def config_from_args(args: argparse.Namespace) -> ProcessorConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return load_config(getattr(args, "config", None), overrides=overrides)
+
+
+def add_raw_topic_flags(p: argparse.ArgumentParser) -> None:
+    """Where a source command writes: --topic, --partitions (if created), --dlq-topic."""
+    p.add_argument("--topic", default=None, help="raw topic (default: the config's raw_topic, txbuffer.raw)")
+    p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
+    p.add_argument("--dlq-topic", default=None, help="bad rows and oversized events (default: the config's dlq_topic)")
+
+
+def raw_topic_writer(args: argparse.Namespace, source: str) -> Any:
+    """A RawTopicWriter from the shared config and the raw-topic flags. Raises ConfigError or KafkaUnavailable."""
+    from processor.kafka.rawtopic import RawTopicWriter
+
+    cfg = config_from_args(args)
+    return RawTopicWriter(
+        cfg.kafka_client(),
+        args.topic or cfg.raw_topic,
+        args.partitions,
+        replication_factor=cfg.replication_factor,
+        dlq_topic=args.dlq_topic or cfg.dlq_topic,
+        source=source,
+    )
+
+
+def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A bad setting exits 2, a broker that refuses or does not answer exits 3, each with the reason logged."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except ConfigError as exc:
+            log.error("config.invalid", error=str(exc))
+            return EXIT_CONFIG
+        except (KafkaAuthError, KafkaUnavailable) as exc:  # credentials, TLS trust or address: say so, do not hang
+            log.error("kafka.unavailable", error=str(exc))
+            return EXIT_KAFKA_UNAVAILABLE
+
+    return run

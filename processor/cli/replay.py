@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from processor.cli.options import add_connection_flags, config_from_args
-from processor.kafka.admin import KafkaUnavailable
-from processor.runtime.config import ConfigError
+from processor.cli.options import add_connection_flags, add_raw_topic_flags, exit_codes, raw_topic_writer
 
 log = structlog.get_logger(__name__)
 
@@ -18,9 +16,7 @@ def register(sub) -> None:
     )
     p.add_argument("file", help="CSV with a header line, or JSON lines")
     add_connection_flags(p)
-    p.add_argument("--topic", default=None, help="raw topic (default: the config's raw_topic, txbuffer.raw)")
-    p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
-    p.add_argument("--dlq-topic", default=None, help="where bad rows go (default: the config's dlq_topic)")
+    add_raw_topic_flags(p)
     p.add_argument(
         "--key",
         action="append",
@@ -32,15 +28,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+@exit_codes
 def run(args) -> int:
-    from processor.kafka.rawtopic import RawTopicWriter
     from processor.sources.replay import Replay, parse_key_specs, read_rows
 
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as exc:
-        log.error("config.invalid", error=str(exc))
-        return 2
     keys = parse_key_specs(args.key)
     if args.source == "oracle":
         from processor.sources.oracle import OracleMapper, join_continuations
@@ -50,18 +41,7 @@ def run(args) -> int:
         from processor.sources.ibmi import IbmiMapper
 
         mapper, rows = IbmiMapper(keys), read_rows(args.file)
-    try:
-        writer = RawTopicWriter(
-            cfg.kafka_client(),
-            args.topic or cfg.raw_topic,
-            args.partitions,
-            replication_factor=cfg.replication_factor,
-            dlq_topic=args.dlq_topic or cfg.dlq_topic,
-            source=args.source,
-        )
-    except KafkaUnavailable as exc:
-        log.error("kafka.unavailable", error=str(exc))
-        return 3
+    writer = raw_topic_writer(args, source=args.source)
     summary = Replay(writer, args.source, file=args.file).run(rows, mapper, progress=args.progress)
     log.info(
         "replay.done",

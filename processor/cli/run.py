@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import structlog
 
-from processor.cli.options import add_config_file_flag, add_field_flag, config_from_args
-from processor.kafka.admin import KafkaUnavailable
-from processor.runtime.config import ConfigError, ProcessorConfig
+from processor.cli.options import add_config_file_flag, add_field_flag, config_from_args, exit_codes
+from processor.runtime.config import ProcessorConfig
 
 log = structlog.get_logger(__name__)
-
-EXIT_CONFIG = 2
-EXIT_KAFKA_UNAVAILABLE = 3
 
 __all__ = ["add_config_flags", "config_from_args", "register", "run"]
 
@@ -29,14 +25,11 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+@exit_codes
 def run(args) -> int:
     from processor.runtime.runner import Runner
 
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as exc:
-        log.error("config.invalid", error=str(exc))
-        return EXIT_CONFIG
+    cfg = config_from_args(args)
     log.info("run.config", kafka=cfg.kafka_client().redacted(), group=cfg.group, guarantee=cfg.guarantee)
     metrics = None
     if cfg.metrics_port:
@@ -45,11 +38,6 @@ def run(args) -> int:
         metrics = Metrics()
         port = metrics.start_server(cfg.metrics_host, cfg.metrics_port)
         log.info("metrics.serving", url=f"http://{cfg.metrics_host}:{port}/metrics")
-    try:
-        runner = Runner(cfg, metrics=metrics)
-    except KafkaUnavailable as exc:  # wrong credentials, TLS trust or address: say so, do not hang
-        log.error("kafka.unavailable", error=str(exc))
-        return EXIT_KAFKA_UNAVAILABLE
-    summary = runner.run()
+    summary = Runner(cfg, metrics=metrics).run()
     log.info("run.done", **{k: v for k, v in summary.__dict__.items()}, events_per_s=round(summary.events_per_s))
     return 0

@@ -22,12 +22,12 @@ BROKER_DEFAULT_REPLICATION = -1  # CreateTopics v4+ (Kafka >= 2.4): use default.
 _AUTH_CODES = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
 
 
-class KafkaUnavailable(RuntimeError):
-    """The brokers did not answer within the time-out."""
+class KafkaUnavailable(TimeoutError):
+    """The brokers did not answer within the time-out (callers that retry time-outs retry this)."""
 
 
-class KafkaAuthError(KafkaUnavailable):
-    """The brokers refused the connection: wrong credentials, mechanism or TLS trust."""
+class KafkaAuthError(RuntimeError):
+    """The brokers refused the connection: wrong credentials, mechanism or TLS trust. Not retried."""
 
 
 class Admin:
@@ -60,7 +60,7 @@ class Admin:
 
 
 def check_connection(client: KafkaClientConfig | str, timeout_s: float = 10.0) -> int:
-    """Fail fast (KafkaAuthError / KafkaUnavailable) unless the brokers answer; returns the broker count."""
+    """Fail fast (KafkaAuthError, KafkaUnavailable) unless the brokers answer; returns the broker count."""
     return len(Admin(client).metadata(timeout_s=timeout_s).brokers)
 
 
