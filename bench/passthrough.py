@@ -14,15 +14,12 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from processor.kafka.clients import (
-    CONSUMER_DEFAULTS,
-    end_offsets,
-    ensure_topics,
-    make_producer,
-    partition_count,
-)
+from processor.kafka.admin import ensure_topics, partition_count
+from processor.kafka.client_config import KafkaClientConfig, parse_pairs
+from processor.kafka.end_offsets import end_offsets
+from processor.kafka.produce import flush, produce
 
 
 def _mark(event: str, **kw: object) -> None:
@@ -37,21 +34,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-topic", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--max-batch", type=int, default=5000)
+    p.add_argument("--kafka-config", action="append", default=[], metavar="NAME=VALUE")
     args = p.parse_args(argv)
 
-    n = partition_count(args.bootstrap, args.raw_topic)
-    ensure_topics(args.bootstrap, {args.out_topic: n})
-    producer = make_producer(args.bootstrap, acks="all")
-    targets = end_offsets(args.bootstrap, args.raw_topic, group=args.group + "-probe")
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
+    client = KafkaClientConfig(args.bootstrap, parse_pairs(args.kafka_config))
+    n = partition_count(client, args.raw_topic)
+    ensure_topics(client, {args.out_topic: n})
+    producer = client.producer(acks="all")
+    targets = end_offsets(client, args.raw_topic)
+    consumer = client.consumer(
+        args.group,
+        **{
             "partition.assignment.strategy": "cooperative-sticky",
-            **CONSUMER_DEFAULTS,
             "fetch.max.bytes": 52428800,
             "queued.max.messages.kbytes": 65536,
-        }
+        },
     )
     positions: dict[int, int] = {}
 
@@ -68,18 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         for msg in msgs:
             if msg.error() is not None:
                 continue
-            while True:
-                try:
-                    producer.produce(topic, value=msg.value(), key=msg.key())
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce(producer, topic, msg.value(), msg.key())
             positions[msg.partition()] = msg.offset() + 1
         events += len(msgs)
         producer.poll(0)
         if all(positions.get(p, 0) >= t for p, t in targets.items()):
             break
-    producer.flush(60)
+    flush(producer, 60, topic)
     consumer.commit(offsets=[TopicPartition(args.raw_topic, p, o) for p, o in positions.items()], asynchronous=False)
     _mark("run.available_now_done")
     consumer.close()
