@@ -1,7 +1,8 @@
 """`txbuffer capture postgres`: snapshot and stream a live PostgreSQL database onto the raw topic.
 
-Exit codes: 0 stopped (or `--snapshot initial_only` done), 2 setup error, 3 lost state (the slot
-this capture used was dropped).
+Exit codes: 0 stopped (or `--snapshot initial_only` done), 2 setup or config error, 3 Kafka
+unavailable, 4 lost state (the slot this capture used was dropped), 5 a replication message it cannot
+decode (nothing past it is acknowledged).
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ import signal
 from pathlib import Path
 
 import structlog
+
+from processor.cli.options import EXIT_CONFIG, add_connection_flags, add_raw_topic_flags, exit_codes, raw_topic_writer
+
+EXIT_LOST_STATE = 4
+EXIT_UNDECODABLE = 5
 
 log = structlog.get_logger(__name__)
 
@@ -47,25 +53,25 @@ def register(sub) -> None:
         help="capture state (slot identity, snapshot progress, last row images); keep it across restarts "
         "(default: .txbuffer/capture-<slot>)",
     )
-    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
-    p.add_argument("--topic", default="txbuffer.raw", help="raw topic")
-    p.add_argument("--partitions", type=int, default=4, help="partitions of the raw topic if it is created")
+    add_connection_flags(p)
+    add_raw_topic_flags(p)
     p.add_argument("--ack-interval", type=float, default=0.5, help="seconds between flush + acknowledge rounds")
     p.add_argument("--heartbeat-interval", type=float, default=2.0, help="seconds between heartbeats")
     p.add_argument("--reconnect-max", type=float, default=30.0, help="longest wait between reconnect attempts (s)")
     p.set_defaults(func=run)
 
 
+@exit_codes
 def run(args) -> int:
-    from processor.kafka.rawtopic import RawTopicWriter
     from processor.sources.pg_capture import CaptureError, CaptureOptions, PostgresCapture, SlotLost, check_setup
+    from processor.sources.pgoutput import PgOutputError
 
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     try:
         check_setup(args.dsn, args.publication, args.create, tables)
     except CaptureError as exc:
         log.error("capture.setup_failed", error=str(exc))
-        return 2
+        return EXIT_CONFIG
     options = CaptureOptions(
         slot=args.slot,
         publication=args.publication,
@@ -78,7 +84,7 @@ def run(args) -> int:
         heartbeat_interval_s=args.heartbeat_interval,
         reconnect_max_s=args.reconnect_max,
     )
-    writer = RawTopicWriter(args.bootstrap, args.topic, args.partitions)
+    writer = raw_topic_writer(args, source="postgres")
     capture = PostgresCapture(args.dsn, writer, options)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: capture.stop())
@@ -87,10 +93,14 @@ def run(args) -> int:
         capture.run()
     except SlotLost as exc:
         log.error("capture.slot_lost", error=str(exc))
-        code = 3
+        code = EXIT_LOST_STATE
     except CaptureError as exc:
         log.error("capture.setup_failed", error=str(exc))
-        code = 2
+        code = EXIT_CONFIG
+    except PgOutputError as exc:
+        # Nothing after the last acknowledged LSN is confirmed: a fixed capture resumes right there.
+        log.error("capture.undecodable_message", error=str(exc), acked_lsn=capture.acked_lsn)
+        code = EXIT_UNDECODABLE
     finally:
         writer.flush()
         capture.close()
