@@ -174,11 +174,15 @@ class PartitionEngine:
                 return []
             txn = self._open(xid, offset, e)
         elif op == ev.BEGIN:
-            # The source re-sent the transaction from its start: forget what we have.
+            # The source re-sent the transaction from its start: forget what we have. The first
+            # attempt stays in the log, so the low watermark stays at its start: a rebuild from a
+            # later offset would re-read that attempt's tail without its savepoints.
             self._drop_all(txn)
             del self.open[xid]
             self.stats.restarts += 1
+            first_offset = txn.first_offset
             txn = self._open(xid, offset, e)
+            txn.first_offset = first_offset
 
         if not txn.identity_seen and (e["user"] is not None or e["client"] is not None):
             self._identify(txn, e)

@@ -379,3 +379,35 @@ def test_rebuild_drops_a_late_duplicate_commit_like_the_local_store_does(broker,
     ends = [ev.decode_transaction(v) for *_, v in read_topic(broker.bootstrap, topics.transactions)]
     ends = [(t["id"], t["event_count"]) for t in ends if t["status"] == "END"]
     assert ends == [("t1", 1)], ends
+
+
+def test_rebuild_does_not_dead_letter_the_first_attempt_of_a_restarted_transaction(broker, tmp_path):
+    """t1 is restarted (a repeated BEGIN: the source re-sent it) while t2, begun in between, stays
+    open. The first attempt's events stay in the log, so the committed low watermark must not pass
+    them: a rebuild on an empty disk would otherwise re-read the first attempt's tail without its
+    start and dead-letter its valid ROLLBACK_TO_SAVEPOINT as "unknown savepoint" (the false DLQ
+    records of the kill campaign)."""
+    topics = Topics.fresh()
+    w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
+    w.write(R("t1", ev.BEGIN, 0, 1))  # 0
+    w.write(R("t1", ev.SAVEPOINT, 1, 2, savepoint="sp0"))  # 1
+    w.write(R("t2", ev.BEGIN, 0, 3))  # 2
+    w.write(R("t1", ev.INSERT, 2, 4, table="s.t", key={"id": 1}, after={"id": 1}))  # 3
+    w.write(R("t1", ev.ROLLBACK_TO_SAVEPOINT, 3, 5, savepoint="sp0"))  # 4
+    w.write(R("t1", ev.BEGIN, 0, 6))  # 5: restart
+    w.write(R("t1", ev.INSERT, 1, 7, table="s.t", key={"id": 10}, after={"id": 10}))  # 6
+    w.flush()
+    log = tmp_path / "processor.log"
+    assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
+    assert read_with_headers(broker.bootstrap, topics.dlq) == []
+
+    w.write(R("t1", ev.COMMIT, 2, 8))  # 7
+    w.write(R("t2", ev.INSERT, 1, 9, table="s.t", key={"id": 2}, after={"id": 2}))  # 8
+    w.write(R("t2", ev.COMMIT, 2, 10))  # 9
+    w.flush()
+    # Failover to an empty disk: rebuilt from the committed low watermark.
+    assert _run(config(broker.bootstrap, topics, tmp_path / "state-b"), "--available-now", log_path=log) == 0
+    dlq = read_with_headers(broker.bootstrap, topics.dlq)
+    assert dlq == [], [h["reason"] for *_, h in dlq]
+    changes = [ev.decode_change(v) for *_, v in read_topic(broker.bootstrap, topics.changes)]
+    assert sorted((c["source"]["xid"], c["key"]["id"]) for c in changes) == [("t1", 10), ("t2", 2)]
