@@ -17,11 +17,15 @@ import structlog
 from processor.kafka.admin import KafkaAuthError, KafkaUnavailable
 from processor.kafka.client_config import parse_pairs
 from processor.runtime.config import ConfigError, ProcessorConfig, load_config
+from processor.store.rocks import StoreWriteError
 
 log = structlog.get_logger(__name__)
 
 EXIT_CONFIG = 2
 EXIT_KAFKA_UNAVAILABLE = 3
+# The state store refused a write (disk full, I/O error); no input offset past what it holds was
+# committed, so a restart once there is space resumes with nothing lost.
+EXIT_STATE_STORE = 4
 
 # Config fields every Kafka-using command accepts; `run` accepts all fields.
 CONNECTION_FIELDS = ("bootstrap", "kafka", "client_properties", "replication_factor")
@@ -86,7 +90,8 @@ def raw_topic_writer(args: argparse.Namespace, source: str) -> Any:
 
 
 def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A bad setting exits 2, a broker that refuses or does not answer exits 3, each with the reason logged."""
+    """A bad setting exits 2, a broker that refuses or does not answer exits 3, a state store that refuses
+    a write (disk full) exits 4, each with the reason logged."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
@@ -98,5 +103,8 @@ def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         except (KafkaAuthError, KafkaUnavailable) as exc:  # credentials, TLS trust or address: say so, do not hang
             log.error("kafka.unavailable", error=str(exc))
             return EXIT_KAFKA_UNAVAILABLE
+        except StoreWriteError as exc:
+            log.error("state_store.write_failed", error=str(exc), no_space=exc.no_space, free_bytes=exc.free_bytes)
+            return EXIT_STATE_STORE
 
     return run

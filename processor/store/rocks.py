@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 from processor.core.store import Batch, Store
+
+
+class StoreWriteError(OSError):
+    """RocksDB refused a write (a full disk, an I/O error). The store is unusable from then on:
+    the processor must stop without committing input offsets past what the store holds."""
+
+    def __init__(self, path: Path, cause: BaseException):
+        self.path = path
+        self.free_bytes = free_bytes(path)
+        self.no_space = self.free_bytes is not None and self.free_bytes < 1 << 20
+        what = "disk full" if self.no_space else "write failed"
+        super().__init__(f"state store {path}: {what} ({self.free_bytes} bytes free): {cause}")
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes available to this process on the filesystem holding `path` (None if unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class RocksBatch(Batch):
@@ -53,14 +75,22 @@ class RocksStore(Store):
         wopts = WriteOptions()
         wopts.disable_wal = False  # type: ignore[method-assign,assignment]  # the WAL is what makes a write survive SIGKILL
         self.db.set_write_options(wopts)
+        self.failed: StoreWriteError | None = None
 
     def batch(self) -> RocksBatch:
         return RocksBatch()
 
     def write(self, batch: Batch) -> None:
         assert isinstance(batch, RocksBatch)
+        if self.failed is not None:
+            raise self.failed  # RocksDB keeps its background error: no later write may look durable
         if batch.n:
-            self.db.write(batch.wb)
+            try:
+                self.db.write(batch.wb)
+            except Exception as exc:  # rocksdict raises a bare Exception for RocksDB's IOError
+                self.failed = StoreWriteError(self.path, exc)
+                batch.__init__()  # rocksdict consumed it; later puts must reach this error, not a misuse one
+                raise self.failed from exc
         batch.wb = None  # type: ignore[assignment]  # consumed: a reuse fails loudly
         batch.n = 0
 
@@ -108,7 +138,11 @@ class RocksStore(Store):
             return 0
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            self.db.close()
+        except Exception:
+            if self.failed is None:
+                raise  # after a failed write, closing reports the same error again: keep the first
 
     @staticmethod
     def wipe(path: str | Path) -> None:
