@@ -1,0 +1,88 @@
+"""Types of the compiled codec (processor/core/_avro_fast.pyx)."""
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+class Malformed(ValueError): ...
+
+CHANGE_SIGNATURE: tuple[Any, ...]
+RAW_BODY_SIGNATURE: tuple[Any, ...]
+
+def utf8_valid_py(data: bytes) -> bool: ...
+
+class Codec:
+    name: str
+    def __init__(
+        self,
+        name: str,
+        schema: Any,
+        fallback_encode: Callable[[Any], bytes],
+        decode_error: type[Exception],
+    ) -> None: ...
+    def signature(self) -> Any: ...
+    def decode(self, data: bytes) -> dict[str, Any]: ...
+    def encode(self, record: Any) -> bytes: ...
+
+class RawView:
+    raw: bytes
+    body_at: int
+    xid: str
+    op: str
+    seq: int
+    scn: int
+    thread: int
+    ts_ms: int
+    undo: bool
+    row_id: str | None
+    subxid: str | None
+    savepoint: str | None
+    user: str | None
+    client: str | None
+    table: str | None
+    lob_column: str | None
+    lob_offset: int | None
+    lob_length: int | None
+    lob_data: str | bytes | None
+    attrs: dict[str, str]
+    key: dict[str, Any] | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    ddl: str | None
+    def __getitem__(self, name: str) -> Any: ...
+    def get(self, name: str, default: Any = None) -> Any: ...
+    def __contains__(self, name: object) -> bool: ...
+    def keys(self) -> tuple[str, ...]: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+class RawCodec(Codec):
+    def view(self, data: bytes) -> RawView: ...
+    def view_batch(self, values: Iterable[bytes | None]) -> list[RawView | Exception]: ...
+
+def enable_change_writer(
+    raw: Codec,
+    change: Codec,
+    envelope_op: dict[str, str],
+    spliced_fallback: Callable[[dict[str, Any], bytes | memoryview, dict[str, Any]], bytes],
+) -> None: ...
+
+class ChangeWriter:
+    xid: str
+    commit_scn: int
+    commit_ts_ms: int
+    thread: int
+    user: str | None
+    def __init__(self, xid: str, commit_scn: int, commit_ts_ms: int, thread: int, user: str | None) -> None: ...
+    def encode(
+        self,
+        op: str,
+        seq: int,
+        scn: int,
+        ts_ms: int,
+        table: str | None,
+        row_id: str | None,
+        attrs: dict[str, str],
+        raw: bytes,
+        body_at: int,
+        total_order: int,
+        collection_order: int,
+    ) -> bytes: ...
