@@ -79,7 +79,19 @@ def spark():
     pytest.importorskip("pyarrow", reason="pyarrow is required by the Spark stage")
     from processor.spark.job import spark_session
 
-    session = spark_session(app="txbuffer-tests", shuffle_partitions=2)
+    # The tests are the launcher here: they choose master, parallelism and UI, as spark-submit would.
+    session = spark_session(
+        app="txbuffer-tests",
+        conf={
+            "spark.master": "local[2]",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.memory": "1g",
+            "spark.databricks.delta.snapshotPartitions": "2",
+        },
+    )
     yield session
     session.stop()
 

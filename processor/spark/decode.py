@@ -1,21 +1,25 @@
-"""Decode ChangeEvent Avro (schemas/change_event.avsc) into typed Spark columns, in mapInArrow.
+"""Decode ChangeEvent Avro (schemas/change_event.avsc) into typed Spark columns, on either Kafka path.
 
-Row maps (`key`, `before`, `after`) hold a typed union per column (null, boolean, long, double,
-string, bytes). Spark has no such union type, so they become **type-preserving JSON strings**:
-null/true/false, integers as JSON integers, doubles always with a fraction or exponent (1.0),
-strings as JSON strings, and bytes as `{"$bytes": "<hex>"}` (the union has no map branch, so
-an object can only mean bytes). Keys are sorted and separators compact, so `key` is a canonical
-primary-key identity, byte-for-byte `processor.expected.key_string`. `row_from_json` inverts it.
+Native path: `from_avro` (spark-avro) in the JVM. Fallback: fastavro in `mapInArrow`. Both give
+CHANGE_COLUMNS, row for row, and a test holds them equal.
+
+Row maps (`key`, `before`, `after`) keep the Avro union per column, as Spark-avro writes it with
+stable identifiers: map<string, struct<member_boolean, member_long, member_double, member_string,
+member_bytes>>, exactly one member set (a null value is a null struct). The Delta sinks turn them
+into typed columns (processor.spark.row_types).
 """
 
 from __future__ import annotations
 
-import json
-import math
+import functools
 from collections.abc import Iterator
 from typing import Any
 
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DoubleType,
     IntegerType,
     LongType,
     MapType,
@@ -25,25 +29,36 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+# Avro union branch -> (struct member, Spark type), in the schema's branch order.
+MEMBERS = {
+    "boolean": ("member_boolean", BooleanType()),
+    "long": ("member_long", LongType()),
+    "double": ("member_double", DoubleType()),
+    "string": ("member_string", StringType()),
+    "bytes": ("member_bytes", BinaryType()),
+}
+VALUE_TYPE = StructType([StructField(name, t, True) for name, t in MEMBERS.values()])
+ROW_MAP = MapType(StringType(), VALUE_TYPE, True)
+
 CHANGE_COLUMNS = StructType(
     [
-        StructField("event_id", StringType(), False),
+        StructField("event_id", StringType(), True),
         StructField("table", StringType(), True),
-        StructField("op", StringType(), False),
-        StructField("key", StringType(), True),
-        StructField("before", StringType(), True),
-        StructField("after", StringType(), True),
+        StructField("op", StringType(), True),
+        StructField("key", ROW_MAP, True),
+        StructField("before", ROW_MAP, True),
+        StructField("after", ROW_MAP, True),
         StructField("ddl", StringType(), True),
-        StructField("xid", StringType(), False),
-        StructField("seq", LongType(), False),
-        StructField("scn", LongType(), False),
-        StructField("commit_scn", LongType(), False),
-        StructField("commit_ts_ms", LongType(), False),
-        StructField("ts_ms", LongType(), False),
-        StructField("thread", IntegerType(), False),
+        StructField("xid", StringType(), True),
+        StructField("seq", LongType(), True),
+        StructField("scn", LongType(), True),
+        StructField("commit_scn", LongType(), True),
+        StructField("commit_ts_ms", LongType(), True),
+        StructField("ts_ms", LongType(), True),
+        StructField("thread", IntegerType(), True),
         StructField("user", StringType(), True),
         StructField("row_id", StringType(), True),
-        StructField("attrs", MapType(StringType(), StringType()), True),
+        StructField("attrs", MapType(StringType(), StringType(), True), True),
         StructField("tx_total_order", LongType(), True),
         StructField("tx_data_collection_order", LongType(), True),
         StructField("kafka_partition", IntegerType(), True),
@@ -53,42 +68,91 @@ CHANGE_COLUMNS = StructType(
 )
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bytes": value.hex()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return {"$double": repr(value)}  # JSON has no NaN/inf
-    return value
+@functools.cache
+def change_schema_json() -> str:
+    import json
+
+    from processor.core.events import change_schema
+
+    return json.dumps(change_schema())
 
 
-def row_to_json(row: dict | None) -> str | None:
-    if row is None:
+def decode_native(kafka_df: Any) -> Any:
+    """format("kafka") rows -> CHANGE_COLUMNS with from_avro. A record that does not decode fails
+    the query (FAILFAST): the processor's DLQ is where bad input belongs, not the changes topic."""
+    from pyspark.sql.avro.functions import from_avro
+
+    e = F.col("e")
+    ev = from_avro(
+        F.col("value"), change_schema_json(), {"mode": "FAILFAST", "enableStableIdentifiersForUnionType": "true"}
+    )
+    return (
+        kafka_df.where(F.col("value").isNotNull())  # tombstones after deletes carry no change
+        .select(ev.alias("e"), "partition", "offset", "timestamp")
+        .select(
+            e.event_id.alias("event_id"),
+            e.source.table.alias("table"),
+            e.op.alias("op"),
+            e.key.alias("key"),
+            e.before.alias("before"),
+            e.after.alias("after"),
+            e.ddl.alias("ddl"),
+            e.source.xid.alias("xid"),
+            e.source.seq.alias("seq"),
+            e.source.scn.alias("scn"),
+            e.source.commit_scn.alias("commit_scn"),
+            e.source.commit_ts_ms.alias("commit_ts_ms"),
+            e.ts_ms.alias("ts_ms"),
+            e.source.thread.alias("thread"),
+            e.source.user.alias("user"),
+            e.source.row_id.alias("row_id"),
+            e.source.attrs.alias("attrs"),
+            e.transaction.total_order.alias("tx_total_order"),
+            e.transaction.data_collection_order.alias("tx_data_collection_order"),
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+            F.col("timestamp").alias("kafka_timestamp"),
+        )
+    )
+
+
+def union_member(value: Any) -> dict | None:
+    """A Python value as the union struct (bool before int: bool is an int in Python)."""
+    if value is None:
         return None
-    return json.dumps({k: _jsonable(v) for k, v in row.items()}, sort_keys=True, separators=(",", ":"))
+    if isinstance(value, bool):
+        branch = "boolean"
+    elif isinstance(value, int):
+        branch = "long"
+    elif isinstance(value, float):
+        branch = "double"
+    elif isinstance(value, str):
+        branch = "string"
+    elif isinstance(value, (bytes, bytearray)):
+        branch = "bytes"
+    else:
+        raise TypeError(f"no Avro union branch for {type(value).__name__}")
+    return {MEMBERS[branch][0]: value}
 
 
-def _typed(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "$bytes" in value:
-            return bytes.fromhex(value["$bytes"])
-        return float(value["$double"])
-    return value
-
-
-def row_from_json(text: str | None) -> dict | None:
-    """Inverse of row_to_json: the typed Python values fastavro produced."""
-    if text is None:
+def member_value(member: Any) -> Any:
+    """Inverse of union_member, for a struct read back as a Row or dict."""
+    if member is None:
         return None
-    return {k: _typed(v) for k, v in json.loads(text).items()}
+    items = member.asDict() if hasattr(member, "asDict") else member
+    for name, _ in MEMBERS.values():
+        v = items.get(name)
+        if v is not None:
+            return bytes(v) if isinstance(v, bytearray) else v
+    return None
+
+
+def _row_map(row: dict | None) -> list | None:
+    return None if row is None else [(k, union_member(v)) for k, v in row.items()]
 
 
 def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
-    """mapInArrow function: Kafka rows (value, partition, offset, timestamp) -> CHANGE_COLUMNS.
-
-    Tombstones (null values, written after deletes for compacted topics) carry no change and are
-    skipped. A record that does not decode fails the batch: it cannot be dropped silently, and the
-    processor's DLQ is where bad input belongs, not the changes topic.
-    """
+    """mapInArrow function of the fallback path: Kafka rows -> CHANGE_COLUMNS, with fastavro."""
     import io
 
     import fastavro
@@ -119,33 +183,33 @@ def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
             cols["event_id"].append(ev["event_id"])
             cols["table"].append(src["table"])
             cols["op"].append(ev["op"])
-            cols["key"].append(row_to_json(ev["key"]))
-            cols["before"].append(row_to_json(ev["before"]))
-            cols["after"].append(row_to_json(ev["after"]))
+            cols["key"].append(_row_map(ev["key"]))
+            cols["before"].append(_row_map(ev["before"]))
+            cols["after"].append(_row_map(ev["after"]))
             cols["ddl"].append(ev["ddl"])
-            cols["xid"].append(src["xid"])
-            cols["seq"].append(src["seq"])
-            cols["scn"].append(src["scn"])
-            cols["commit_scn"].append(src["commit_scn"])
-            cols["commit_ts_ms"].append(src["commit_ts_ms"])
+            for name in ("xid", "seq", "scn", "commit_scn", "commit_ts_ms", "thread", "user", "row_id"):
+                cols[name].append(src[name])
             cols["ts_ms"].append(ev["ts_ms"])
-            cols["thread"].append(src["thread"])
-            cols["user"].append(src["user"])
-            cols["row_id"].append(src["row_id"])
             cols["attrs"].append(list(src["attrs"].items()))
             cols["tx_total_order"].append(tx["total_order"] if tx else None)
             cols["tx_data_collection_order"].append(tx["data_collection_order"] if tx else None)
             cols["kafka_partition"].append(parts[i])
             cols["kafka_offset"].append(offsets[i])
-        cols["kafka_timestamp"] = stamps.take(pa.array(keep, pa.int64())) if keep else pa.array([], stamps.type)
+        ts_type = out_schema.field("kafka_timestamp").type
+        taken = stamps.take(pa.array(keep, pa.int64())) if keep else pa.array([], stamps.type)
         arrays = [
-            cols[f.name] if f.name == "kafka_timestamp" else pa.array(cols[f.name], out_schema.field(f.name).type)
+            taken.cast(ts_type)
+            if f.name == "kafka_timestamp"
+            else pa.array(cols[f.name], out_schema.field(f.name).type)
             for f in CHANGE_COLUMNS.fields
         ]
-        arrays[-1] = arrays[-1].cast(out_schema.field("kafka_timestamp").type)
         yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
-def decode_changes(kafka_df: Any) -> Any:
-    """Kafka-shaped DataFrame (either source path) -> one typed row per ChangeEvent."""
+def decode_python(kafka_df: Any) -> Any:
     return kafka_df.select("value", "partition", "offset", "timestamp").mapInArrow(decode_batches, CHANGE_COLUMNS)
+
+
+def decode_changes(kafka_df: Any, native: bool) -> Any:
+    """Kafka-shaped DataFrame -> one typed row per ChangeEvent, from_avro on the native path."""
+    return decode_native(kafka_df) if native else decode_python(kafka_df)

@@ -1,70 +1,24 @@
-"""The Spark Structured Streaming job: txbuffer.changes -> change log + current-state tables."""
+"""The Spark Structured Streaming job: txbuffer.changes -> Delta change log + current-state tables."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import sys
 import time
 from typing import Any
 
 import structlog
+from pyspark.sql import functions as F
 
 from processor.spark.decode import decode_changes
+from processor.spark.delta_sink import DeltaSinks
 from processor.spark.kafka_source import SOURCE_NAME, KafkaClient, _nest
 from processor.spark.kafka_source import register as register_source
-from processor.spark.sinks import BatchWriter
+from processor.spark.session import has_native_kafka, require_delta, spark_session
 
 log = structlog.get_logger(__name__)
 
-NATIVE_KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-DEFAULT_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
-
-
-def spark_session(
-    app: str = "txbuffer-spark",
-    master: str = "local[2]",
-    packages: str | None = None,
-    shuffle_partitions: int = 2,
-    driver_memory: str = "2g",
-) -> Any:
-    """A SparkSession for this job. Settings that matter on first start are fixed here."""
-    # Workers must run this interpreter (fastavro, confluent-kafka and pyarrow live in it).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app)
-        .master(master)
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        # The event_id dedup state grows with the log: RocksDB keeps it off the JVM heap.
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.sources.partitionOverwriteMode", "static")
-    )
-    if packages:
-        builder = builder.config("spark.jars.packages", packages)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def has_native_kafka(spark: Any) -> bool:
-    """True when spark-sql-kafka is on the classpath, so format("kafka") works."""
-    try:
-        loader = spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        loader.loadClass(NATIVE_KAFKA_CLASS)
-        return True
-    except Exception:  # py4j wraps ClassNotFoundException
-        return False
+__all__ = ["has_native_kafka", "kafka_stream", "parse_trigger", "run_job", "spark_session", "changes_stream"]
 
 
 def kafka_stream(
@@ -74,33 +28,29 @@ def kafka_stream(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     ending_offsets: dict | None = None,
-    native: bool | None = None,
+    native: bool = True,
+    kafka_options: dict[str, str] | None = None,
 ) -> Any:
-    """A Kafka-shaped streaming DataFrame from the native source if present, else ours."""
-    if native is None:
-        native = has_native_kafka(spark)
+    """A Kafka-shaped streaming DataFrame: format("kafka") when native, else the Python source."""
     if native:
-        reader = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", starting_offsets)
-            .option("includeHeaders", "true")
-        )
+        reader = spark.readStream.format("kafka").option("subscribe", topic).option("failOnDataLoss", "true")
     else:
         register_source(spark)
-        reader = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", starting_offsets)
-        )
+        reader = spark.readStream.format(SOURCE_NAME).option("subscribe", topic)
         if ending_offsets is not None:
             reader = reader.option("endingOffsets", json.dumps(ending_offsets))
+    reader = reader.option("kafka.bootstrap.servers", bootstrap).option("startingOffsets", starting_offsets)
+    for key, value in (kafka_options or {}).items():
+        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     log.info("spark.source", path="native" if native else SOURCE_NAME, topic=topic)
     return reader.load()
+
+
+def changes_stream(spark: Any, bootstrap: str, topic: str, native: bool, **kw: Any) -> Any:
+    """Decoded ChangeEvents (processor.spark.decode.CHANGE_COLUMNS) from either Kafka path."""
+    return decode_changes(kafka_stream(spark, bootstrap, topic, native=native, **kw), native)
 
 
 def parse_trigger(trigger: str) -> tuple[str, str | None]:
@@ -116,6 +66,15 @@ def parse_trigger(trigger: str) -> tuple[str, str | None]:
     raise ValueError(f"unknown trigger {trigger!r}: use available-now or processingTime=<interval>")
 
 
+def app_id_for(checkpoint: str) -> str:
+    """Delta's idempotent-write app id: one per checkpoint, the identity of the query's batch ids."""
+    return "txbuffer-" + hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:16]
+
+
+def dropped_by_watermark(progress: list[dict]) -> int:
+    return sum(op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", []))
+
+
 def run_job(
     bootstrap: str,
     topic: str,
@@ -123,14 +82,22 @@ def run_job(
     output: str,
     trigger: str = "available-now",
     max_offsets_per_trigger: int | None = None,
-    packages: str | None = None,
     starting_offsets: str = "earliest",
     spark: Any = None,
     native: bool | None = None,
     timeout_s: float | None = None,
+    dedup_horizon: str = "1 hour",
+    kafka_options: dict[str, str] | None = None,
 ) -> dict:
-    """Run the query. available-now returns once everything present at start is committed."""
-    spark = spark or spark_session(packages=packages)
+    """Run the query. available-now returns once everything present at start is committed.
+
+    Duplicates of an event_id (the processor's at-least-once redeliveries) are dropped while the
+    commit-time watermark (newest commit seen minus `dedup_horizon`) has not passed them; the dedup
+    state holds only that window. Spark drops a change whose commit time is already behind the
+    watermark; the job reports any such drop as an error (`numRowsDroppedByWatermark`).
+    """
+    spark = spark or spark_session()
+    require_delta(spark)
     native = has_native_kafka(spark) if native is None else native
     kind, interval = parse_trigger(trigger)
     ending = None
@@ -142,14 +109,25 @@ def run_job(
             ending = _nest(client.log_ends(client.partitions([topic])))
         finally:
             client.close()
-    changes = decode_changes(
-        kafka_stream(spark, bootstrap, topic, starting_offsets, max_offsets_per_trigger, ending, native)
+    changes = changes_stream(
+        spark,
+        bootstrap,
+        topic,
+        native,
+        starting_offsets=starting_offsets,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        ending_offsets=ending,
+        kafka_options=kafka_options,
     )
-    deduped = changes.dropDuplicates(["event_id"])
+    deduped = (
+        changes.withColumn("commit_ts", F.timestamp_millis("commit_ts_ms"))
+        .withWatermark("commit_ts", dedup_horizon)
+        .dropDuplicatesWithinWatermark(["event_id"])
+    )
     writer = (
         deduped.writeStream.queryName(f"txbuffer-{topic}")
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(BatchWriter(output))
+        .foreachBatch(DeltaSinks(output, app_id_for(checkpoint)))
     )
     if kind == "available-now" and native:
         writer = writer.trigger(availableNow=True)
@@ -159,25 +137,37 @@ def run_job(
         writer = writer.trigger(processingTime=interval)
     started = time.monotonic()
     query = writer.start()
-    log.info("spark.query.started", id=str(query.id), trigger=trigger, checkpoint=checkpoint, output=output)
+    log.info(
+        "spark.query.started", id=str(query.id), trigger=trigger, native=native, checkpoint=checkpoint, output=output
+    )
+    reported = 0
     try:
         if kind == "available-now" and not native:
             query.processAllAvailable()
             query.stop()
         else:
-            query.awaitTermination(timeout_s)
+            deadline = None if timeout_s is None else started + timeout_s
+            while query.isActive and (deadline is None or time.monotonic() < deadline):
+                query.awaitTermination(5 if deadline is None else max(0.1, min(5, deadline - time.monotonic())))
+                dropped = dropped_by_watermark(query.recentProgress)
+                if dropped > reported:
+                    log.error("spark.rows_dropped_by_watermark", rows=dropped, horizon=dedup_horizon)
+                    reported = dropped
     except KeyboardInterrupt:
         query.stop()
     finally:
         if query.exception() is not None:
             raise RuntimeError(f"spark query failed: {query.exception()}")
     progress = query.recentProgress
-    rows = sum(p["numInputRows"] for p in progress)
     summary = {
+        "native": native,
         "batches": len([p for p in progress if p["numInputRows"]]),
-        "input_rows": rows,
+        "input_rows": sum(p["numInputRows"] for p in progress),
+        "dropped_by_watermark": dropped_by_watermark(progress),
         "seconds": round(time.monotonic() - started, 3),
         "ending_offsets": ending,
     }
+    if summary["dropped_by_watermark"]:
+        log.error("spark.rows_dropped_by_watermark", rows=summary["dropped_by_watermark"], horizon=dedup_horizon)
     log.info("spark.query.finished", **summary)
     return summary

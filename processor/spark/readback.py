@@ -1,65 +1,91 @@
-"""Read the Spark stage's output back without Spark (pyarrow only): for `make demo` and tests."""
+"""Read the Spark stage's Delta tables back without a JVM, through delta-rs (`deltalake`).
+
+The second, independent reader of the tables: `make demo`, the tests and the README use it.
+Rows come back as plain dicts keyed by a canonical primary-key string (sorted column names, compact
+JSON, bytes as {"$bytes": hex}); columns that are null in a row are left out of its dict, because
+a typed table has every column of every row while the source rows may not name them all.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from processor.spark.decode import row_from_json
-from processor.spark.sinks import local_path
+from processor.spark.row_types import META_COLUMNS
 
 
-def _tables(state_root: Path) -> dict[str, Path]:
+def local_path(uri: str | os.PathLike) -> Path:
+    """A file: URI or plain path as a local Path (readback lists directories)."""
+    text = str(uri)
+    if text.startswith("file:"):
+        return Path(urlparse(text).path)
+    return Path(text)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": bytes(value).hex()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$double": repr(value)}
+    return value
+
+
+def key_string(key: dict) -> str:
+    """The canonical identity of a primary key: what read_state keys its rows by."""
+    return json.dumps({k: _jsonable(v) for k, v in key.items()}, sort_keys=True, separators=(",", ":"))
+
+
+def state_tables(output: str | os.PathLike) -> dict[str, Path]:
+    """Source table name -> its current-state Delta table directory."""
+    from deltalake import DeltaTable
+
     out = {}
-    for ptr in sorted(state_root.glob("*/_CURRENT")):
-        with open(ptr, encoding="utf-8") as f:
-            meta = json.load(f)
-        out[meta["table"]] = ptr.parent / meta["version"]
+    for d in sorted((local_path(output) / "state").glob("*/_delta_log")):
+        config = DeltaTable(str(d.parent)).metadata().configuration
+        out[config.get("txbuffer.table", d.parent.name)] = d.parent
     return out
 
 
-def read_state(output: str | os.PathLike) -> dict[str, dict[str, dict | None]]:
-    """Current state: table -> canonical key JSON -> row (typed values). Deleted rows are absent."""
-    import pyarrow.parquet as pq
+def read_table_rows(path: str | os.PathLike, version: int | None = None) -> dict[str, dict]:
+    """One current-state table as {key string: row}, at its latest or a given Delta version."""
+    from deltalake import DeltaTable
 
-    result: dict[str, dict[str, dict | None]] = {}
-    for table, version in _tables(local_path(output) / "state").items():
-        rows: dict[str, dict | None] = {}
-        for f in sorted(version.glob("*.parquet")):
-            t = pq.read_table(f, columns=["key", "after", "deleted"])
-            for key, after, deleted in zip(*(t.column(c).to_pylist() for c in ("key", "after", "deleted"))):
-                if not deleted:
-                    rows[key] = row_from_json(after)
-        result[table] = rows
-    return result
+    dt = DeltaTable(str(path), version=version)
+    pk = json.loads(dt.metadata().configuration.get("txbuffer.primaryKey", "[]"))
+    rows: dict[str, dict] = {}
+    for row in dt.to_pyarrow_table().to_pylist():
+        data = {k: v for k, v in row.items() if k not in META_COLUMNS and v is not None}
+        rows[key_string({c: row[c] for c in pk})] = data
+    return rows
+
+
+def read_state(output: str | os.PathLike) -> dict[str, dict[str, dict]]:
+    """Current state of every table: table -> key string -> row (typed values, nulls left out)."""
+    return {table: read_table_rows(path) for table, path in state_tables(output).items()}
 
 
 def row_counts(output: str | os.PathLike) -> dict[str, int]:
-    return {table: len(rows) for table, rows in read_state(output).items()}
+    from deltalake import DeltaTable
+
+    return {table: DeltaTable(str(path)).count() for table, path in state_tables(output).items()}
 
 
-def committed_changelog_files(output: str | os.PathLike) -> list[Path]:
-    """Change-log files of committed batches only (a crash can leave an uncommitted batch's files)."""
-    root = local_path(output) / "changelog"
-    done = {int(p.name) for p in (root / "_commits").glob("*") if p.name.isdigit()}
-    return sorted(f for f in root.glob("table=*/batch-*.parquet") if int(f.name.split("-")[1]) in done)
+def table_version(path: str | os.PathLike) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).version()
 
 
 def read_changelog(output: str | os.PathLike, columns: list[str] | None = None) -> Any:
-    """The change log as one pyarrow Table (committed batches only), with its `table` column."""
-    from urllib.parse import unquote
-
+    """The change log as one pyarrow Table (every committed Delta version; nothing half-written)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
 
-    pieces = []
-    for f in committed_changelog_files(output):
-        t = pq.read_table(f, columns=columns)
-        value = unquote(f.parent.name.split("=", 1)[1])
-        value = None if value == "__HIVE_DEFAULT_PARTITION__" else value
-        pieces.append(t.append_column("table", pa.array([value] * t.num_rows, pa.string())))
-    if not pieces:
+    path = local_path(output) / "changelog"
+    if not (path / "_delta_log").exists():
         return pa.table({"event_id": pa.array([], pa.string()), "table": pa.array([], pa.string())})
-    return pa.concat_tables(pieces, promote_options="default")
+    return DeltaTable(str(path)).to_pyarrow_table(columns=columns)

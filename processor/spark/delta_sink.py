@@ -1,0 +1,307 @@
+"""Delta Lake sinks of the Spark stage, written from one foreachBatch call per micro-batch.
+
+Layout under the output URI (any Hadoop FileSystem URI: file://, s3a://, abfss://, hdfs://):
+
+    <output>/changelog        append-only change log, partitioned by `table` and `commit_date`
+    <output>/state/<table>    current state of one source table: typed columns, MERGEd by primary key
+    <output>/_deletes         tombstones: position of the newest delete (or truncate) per key
+
+Exactly once. Spark replays a micro-batch with the same id and the same rows after a crash, so:
+  * the change-log append carries txnAppId/txnVersion = (<app id>, batch id): Delta skips a
+    version it already holds for that app id;
+  * each MERGE runs with the same pair as session confs (Delta's idempotent DML) and is also
+    idempotent by content: it only applies a change newer than the row's position.
+Duplicates from the processor (at-least-once delivery) are dropped before this by event_id within
+the commit-time watermark (processor.spark.job).
+
+Newest wins. Every current-state row keeps the (commit_scn, seq) of the change that wrote it, and
+MERGE applies a change only when it is newer. A delete removes the row and leaves its position in
+_deletes, so an older insert or update that arrives after the delete stays out; a truncate leaves a
+table-wide tombstone. Tombstones older than the retention (commit time) are pruned now and then.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from processor.spark.decode import MEMBERS
+from processor.spark.row_types import (
+    COMMIT_SCN,
+    COMMIT_TS_MS,
+    EVENT_ID,
+    META_COLUMNS,
+    OP,
+    SEQ,
+    SQL_TYPES,
+    branch_of_spark_type,
+    column_branch,
+    key_json_expr,
+    quoted,
+    resolve,
+    table_properties,
+    value_expr,
+)
+
+log = structlog.get_logger(__name__)
+
+ROW_OPS = ("c", "u", "d")
+TABLE_WIDE = "*"  # tombstone key of a truncate
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+def join_uri(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def state_uri(output: str, table: str) -> str:
+    return join_uri(output, "state", quote(table, safe="._-"))
+
+
+def is_delta_table(spark: Any, uri: str) -> bool:
+    return bool(spark._jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, uri))
+
+
+def _newer(s: str, t: str) -> str:
+    return f"({s}.{COMMIT_SCN} > {t}.{COMMIT_SCN} OR ({s}.{COMMIT_SCN} = {t}.{COMMIT_SCN} AND {s}.{SEQ} > {t}.{SEQ}))"
+
+
+class DeltaSinks:
+    """foreachBatch target: `query.foreachBatch(DeltaSinks(output, app_id))`."""
+
+    def __init__(
+        self,
+        output: str,
+        app_id: str,
+        tombstone_retention_ms: int = 7 * 24 * 3600 * 1000,
+        prune_every_batches: int = 50,
+    ):
+        self.output = output.rstrip("/")
+        self.app_id = app_id
+        self.changelog = join_uri(self.output, "changelog")
+        self.deletes = join_uri(self.output, "_deletes")
+        self.tombstone_retention_ms = tombstone_retention_ms
+        self.prune_every = prune_every_batches
+        self._tables: dict[str, tuple[list[str], dict[str, str]]] = {}
+        self._deletes_exist = False
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        df = df.persist()  # three writes read the batch: run the source and the dedup state once
+        try:
+            if df.isEmpty():
+                return
+            started = time.monotonic()
+            self.append_changelog(df, batch_id)
+            logged = time.monotonic()
+            tables = self.merge_state(df, batch_id)
+            log.info(
+                "spark.batch.written",
+                batch=batch_id,
+                tables=tables,
+                changelog_s=round(logged - started, 2),
+                state_s=round(time.monotonic() - logged, 2),
+            )
+        finally:
+            df.unpersist()
+
+    # ---- change log -------------------------------------------------------------------------
+    def append_changelog(self, df: Any, batch_id: int) -> None:
+        day_ms = 86_400_000
+        (
+            df.withColumn("commit_date", F.date_from_unix_date(F.floor(F.col("commit_ts_ms") / day_ms).cast("int")))
+            .write.format("delta")
+            .mode("append")
+            .partitionBy("table", "commit_date")
+            .option("txnAppId", f"{self.app_id}:changelog")
+            .option("txnVersion", batch_id)
+            .save(self.changelog)
+        )
+
+    # ---- current state ----------------------------------------------------------------------
+    def merge_state(self, df: Any, batch_id: int) -> list[str]:
+        spark = df.sparkSession
+        rows = df.where(F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t"))
+        columns, truncates, max_ts = self.inspect(rows)
+        tables = sorted(set(columns) | set(truncates))
+        tombstones = []
+        for table in tables:
+            tomb = self.merge_table(spark, rows, table, columns.get(table, {}), truncates.get(table), batch_id)
+            if tomb is not None:
+                tombstones.append(tomb)
+        if tombstones:
+            merged = tombstones[0]
+            for t in tombstones[1:]:
+                merged = merged.unionByName(t)
+            self.record_tombstones(spark, merged, batch_id)
+        if max_ts is not None and batch_id % self.prune_every == 0 and self.has_deletes(spark):
+            spark.sql(
+                f"DELETE FROM delta.`{self.deletes}` WHERE {COMMIT_TS_MS} < {max_ts - self.tombstone_retention_ms}"
+            )
+        return tables
+
+    @staticmethod
+    def inspect(rows: Any) -> tuple[dict, dict, int | None]:
+        """Per table: {column: (is_key, branches seen)}, the newest truncate position, max commit time."""
+        exploded = rows.select("table", F.lit(True).alias("is_key"), F.explode("key").alias("col", "v")).unionByName(
+            rows.select("table", F.lit(False).alias("is_key"), F.explode("after").alias("col", "v"))
+        )
+        seen = [F.max(F.col("v").getField(member).isNotNull()).alias(branch) for branch, (member, _) in MEMBERS.items()]
+        columns: dict[str, dict[str, tuple[bool, set[str]]]] = {}
+        for r in exploded.groupBy("table", "col").agg(F.max("is_key").alias("is_key"), *seen).collect():
+            branches = {b for b in MEMBERS if r[b]}
+            columns.setdefault(r["table"], {})[r["col"]] = (bool(r["is_key"]), branches)
+        summary = rows.groupBy("table").agg(
+            F.max(F.when(F.col("op") == "t", F.struct("commit_scn", "seq", "commit_ts_ms"))).alias("trunc"),
+            F.max("commit_ts_ms").alias("max_ts"),
+        )
+        truncates, max_ts = {}, None
+        for r in summary.collect():
+            if r["trunc"] is not None:
+                truncates[r["table"]] = tuple(r["trunc"])
+            max_ts = r["max_ts"] if max_ts is None else max(max_ts, r["max_ts"])
+        return columns, truncates, max_ts
+
+    def merge_table(
+        self, spark: Any, rows: Any, table: str, seen: dict, truncate: tuple | None, batch_id: int
+    ) -> Any | None:
+        """MERGE one source table's newest changes; returns this batch's tombstones for it."""
+        uri = state_uri(self.output, table)
+        exists, pk, current = self.describe(spark, uri)
+        pk = pk or sorted(c for c, (is_key, _) in seen.items() if is_key)
+        if not pk and not exists:
+            raise ValueError(f"changes of {table} carry no primary key: cannot MERGE them into a current-state table")
+        wanted = dict(current)
+        for col, (_, branches) in seen.items():
+            typed = {b for b in branches}
+            if typed:
+                wanted[col] = resolve(table, col, current.get(col), column_branch(table, col, typed))
+        new_columns = {c: b for c, b in wanted.items() if c not in current}
+        if not exists:
+            self.create_table(spark, uri, table, pk, wanted)
+        elif new_columns:
+            added = ", ".join(f"{quoted(c)} {SQL_TYPES[b]}" for c, b in new_columns.items())
+            spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS ({added})")
+            log.info("spark.state.schema_evolved", table=table, added=sorted(new_columns))
+        self._tables[uri] = (pk, dict(wanted))
+
+        if truncate is not None:
+            scn, seq, _ = truncate
+            older = f"({COMMIT_SCN} < {scn} OR ({COMMIT_SCN} = {scn} AND {SEQ} < {seq}))"
+            spark.sql(f"DELETE FROM delta.`{uri}` WHERE {older}")
+
+        changes = rows.where((F.col("table") == table) & F.col("op").isin(*ROW_OPS))
+        if truncate is not None:  # changes of this batch that the truncate wiped
+            scn, seq, _ = truncate
+            changes = changes.where((F.col("commit_scn") > scn) | ((F.col("commit_scn") == scn) & (F.col("seq") > seq)))
+        src = changes.select(
+            *[value_expr(F.col("key" if c in pk else "after"), c, b).alias(c) for c, b in wanted.items()],
+            F.col("commit_scn").alias(COMMIT_SCN),
+            F.col("seq").alias(SEQ),
+            F.col("event_id").alias(EVENT_ID),
+            F.col("commit_ts_ms").alias(COMMIT_TS_MS),
+            F.col("op").alias(OP),
+        )
+        newest = Window.partitionBy(*[quoted(c) for c in pk]).orderBy(F.desc(COMMIT_SCN), F.desc(SEQ))
+        src = src.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1").drop("_rn")
+        src = src.withColumn("_key", key_json_expr(pk))
+        if self.has_deletes(spark):
+            src = self.drop_superseded(spark, src, table)
+        self.merge(spark, uri, src, pk, list(wanted), batch_id)
+
+        tomb = src.where(F.col(OP) == "d").select(F.lit(table).alias("table"), "_key", COMMIT_SCN, SEQ, COMMIT_TS_MS)
+        if truncate is not None:
+            scn, seq, ts = truncate
+            trunc_row = spark.createDataFrame(
+                [(table, TABLE_WIDE, scn, seq, ts)],
+                f"table string, _key string, {COMMIT_SCN} long, {SEQ} long, {COMMIT_TS_MS} long",
+            )
+            tomb = tomb.unionByName(trunc_row)
+        return tomb.withColumnRenamed("_key", "key")
+
+    def describe(self, spark: Any, uri: str) -> tuple[bool, list[str], dict[str, str]]:
+        """(exists, primary key, {column: branch}) of a state table; cached, as this query is its only
+        writer. A restarted driver reads it from the Delta log once."""
+        if uri in self._tables:
+            pk, columns = self._tables[uri]
+            return True, pk, dict(columns)
+        if not is_delta_table(spark, uri):
+            return False, [], {}
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").collect()[0]
+        pk = json.loads(detail["properties"].get("txbuffer.primaryKey", "[]"))
+        columns = {
+            f.name: branch_of_spark_type(f.dataType.simpleString())
+            for f in spark.read.format("delta").load(uri).schema.fields
+            if f.name not in META_COLUMNS
+        }
+        return True, pk, columns
+
+    def has_deletes(self, spark: Any) -> bool:
+        if not self._deletes_exist:
+            self._deletes_exist = is_delta_table(spark, self.deletes)
+        return self._deletes_exist
+
+    def drop_superseded(self, spark: Any, src: Any, table: str) -> Any:
+        """Drop changes at or before a delete of the same key, or a truncate of the table."""
+        tombs = spark.read.format("delta").load(self.deletes).where(F.col("table") == table)
+        tombs = tombs.select(F.col("key").alias("_tkey"), F.col(COMMIT_SCN).alias("_tscn"), F.col(SEQ).alias("_tseq"))
+        wide = tombs.where(F.col("_tkey") == TABLE_WIDE).agg(F.max(F.struct("_tscn", "_tseq")).alias("_w"))
+        joined = src.join(tombs, src["_key"] == tombs["_tkey"], "left").crossJoin(wide)
+
+        def newer_than(scn: Any, seq: Any) -> Any:
+            return scn.isNull() | (F.col(COMMIT_SCN) > scn) | ((F.col(COMMIT_SCN) == scn) & (F.col(SEQ) > seq))
+
+        keep = newer_than(F.col("_tscn"), F.col("_tseq")) & newer_than(F.col("_w._tscn"), F.col("_w._tseq"))
+        return joined.where(keep).drop("_tkey", "_tscn", "_tseq", "_w")
+
+    @staticmethod
+    def create_table(spark: Any, uri: str, table: str, pk: list[str], columns: dict[str, str]) -> None:
+        cols = [f"{quoted(c)} {SQL_TYPES[b]}" for c, b in columns.items()]
+        cols += [f"{c} {t}" for c, t in META_COLUMNS.items()]
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in table_properties(table, pk).items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{uri}` ({', '.join(cols)}) USING delta TBLPROPERTIES ({props})")
+        log.info("spark.state.table_created", table=table, uri=uri, primary_key=pk)
+
+    def merge(self, spark: Any, uri: str, src: Any, pk: list[str], columns: list[str], batch_id: int) -> None:
+        on = " AND ".join(f"t.{quoted(c)} <=> s.{quoted(c)}" for c in pk)
+        all_cols = [quoted(c) for c in columns] + list(META_COLUMNS)
+        sets = ", ".join(f"t.{c} = s.{c}" for c in all_cols)
+        statement = (
+            f"MERGE INTO delta.`{uri}` AS t USING {{src}} AS s ON {on} "
+            f"WHEN MATCHED AND s.{OP} = 'd' AND {_newer('s', 't')} THEN DELETE "
+            f"WHEN MATCHED AND {_newer('s', 't')} THEN UPDATE SET {sets} "
+            f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(all_cols)}) "
+            f"VALUES ({', '.join('s.' + c for c in all_cols)})"
+        )
+        self._idempotent(spark, f"{self.app_id}:state", batch_id, lambda: spark.sql(statement, src=src))
+
+    def record_tombstones(self, spark: Any, tombs: Any, batch_id: int) -> None:
+        if not self.has_deletes(spark):
+            spark.sql(
+                f"CREATE TABLE IF NOT EXISTS delta.`{self.deletes}` (table STRING, key STRING, {COMMIT_SCN} BIGINT, "
+                f"{SEQ} BIGINT, {COMMIT_TS_MS} BIGINT) USING delta PARTITIONED BY (table)"
+            )
+        cols = ["table", "key", COMMIT_SCN, SEQ, COMMIT_TS_MS]
+        statement = (
+            f"MERGE INTO delta.`{self.deletes}` AS t USING {{src}} AS s ON t.table = s.table AND t.key = s.key "
+            f"WHEN MATCHED AND {_newer('s', 't')} THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in cols)} "
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
+        )
+        self._idempotent(spark, f"{self.app_id}:deletes", batch_id, lambda: spark.sql(statement, src=tombs))
+
+    @staticmethod
+    def _idempotent(spark: Any, app_id: str, version: int, write: Any) -> None:
+        """Run one Delta DML with (app id, batch id): a replayed batch is skipped by Delta itself."""
+        spark.conf.set(TXN_APP_ID, app_id)
+        spark.conf.set(TXN_VERSION, str(version))
+        try:
+            write()
+        finally:
+            spark.conf.unset(TXN_APP_ID)
+            spark.conf.unset(TXN_VERSION)

@@ -1,0 +1,140 @@
+"""The SparkSession of the Spark stage: the launcher's settings, plus the connector jars and Delta.
+
+Master, shuffle partitions, UI, memory: none of them is set here. They come from whoever launches
+the job: spark-submit flags, PYSPARK_SUBMIT_ARGS, $SPARK_CONF_DIR/spark-defaults.conf, the MASTER
+environment variable, or `txbuffer spark --conf key=value` (passed in as `conf`). Without any of
+them Spark's own default applies (spark-submit's local[*]).
+
+What this module does add is what the job cannot run without:
+  * the connector jars (spark-sql-kafka, spark-avro, delta-spark and their runtime closure),
+    resolved once from Maven Central into the txbuffer cache (deploy/maven/spark/pom.xml) and put
+    on the session as local paths with spark.jars; no Ivy download at run time;
+  * Delta's SQL extension and catalog.
+A deployment whose image already has the jars (deploy/spark/Dockerfile) sets
+TXBUFFER_SPARK_JARS=none and nothing is resolved.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+# One Spark release for pyspark and every connector (the pyspark pin in pyproject's `spark` extra).
+SPARK_VERSION = "4.0.0"
+CONNECTORS_BUNDLE = "spark"
+NATIVE_KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+AVRO_CLASS = "org.apache.spark.sql.avro.functions"
+DELTA_CLASS = "io.delta.tables.DeltaTable"
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+
+
+def _artifact(jar_name: str) -> str:
+    m = _VERSIONED_JAR.match(jar_name)
+    return m.group("artifact") if m else jar_name
+
+
+def pyspark_jar_artifacts() -> set[str]:
+    """Artifacts pyspark ships itself: a second copy of any of them would conflict on the classpath."""
+    import pyspark
+
+    return {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+
+
+def connector_jars() -> list[str]:
+    """Local jar paths of the connector bundle, minus what pyspark ships; [] when unavailable.
+
+    TXBUFFER_SPARK_JARS=none turns resolution off (the image has them); any other value is taken
+    as a comma list of jars. Without Maven or a JDK the job falls back to the Python Kafka source
+    and says so, and the Delta sinks then fail with a clear error when they run.
+    """
+    setting = os.environ.get("TXBUFFER_SPARK_JARS")
+    if setting is not None:
+        return [] if setting.strip().lower() in ("", "none") else [j for j in setting.split(",") if j]
+    from processor.kafka.jars import BundleError, bundle_pom, ensure_bundle
+
+    try:
+        libs = ensure_bundle(CONNECTORS_BUNDLE, SPARK_VERSION, bundle_pom(CONNECTORS_BUNDLE))
+    except BundleError as exc:
+        log.warning("spark.connectors.unavailable", reason=str(exc))
+        return []
+    shipped = pyspark_jar_artifacts()
+    jars = sorted(p for p in libs.glob("*.jar") if _artifact(p.name) not in shipped)
+    return [str(p) for p in jars]
+
+
+def spark_session(app: str = "txbuffer-spark", conf: dict[str, str] | None = None, connectors: bool = True) -> Any:
+    """getOrCreate with the launcher's settings; `conf` (e.g. from --conf flags) on top."""
+    # Python workers must run this interpreter (fastavro, confluent-kafka and pyarrow live in it).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    if master := os.environ.get("MASTER"):
+        builder = builder.master(master)  # pyspark's launcher ignores MASTER; spark-submit honours it
+    jars = connector_jars() if connectors else []
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+        for key, value in DELTA_CONF.items():
+            builder = builder.config(key, value)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TXBUFFER_SPARK_LOG_LEVEL", "WARN"))
+    # Job-level defaults (not launcher choices), applied only where the launcher left them unset.
+    defaults = {
+        # The bounded event_id dedup state lives off the JVM heap.
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Delta rebuilds table snapshots with this many tasks (default 50): far too many for the
+        # few small log files of a streaming sink between checkpoints.
+        "spark.databricks.delta.snapshotPartitions": str(max(1, spark.sparkContext.defaultParallelism)),
+    }
+    explicit = spark.sparkContext.getConf()
+    for key, value in defaults.items():
+        if not explicit.contains(key):
+            spark.conf.set(key, value)
+    log.info(
+        "spark.session",
+        master=spark.sparkContext.master,
+        connectors=len(jars),
+        shuffle_partitions=spark.conf.get("spark.sql.shuffle.partitions"),
+    )
+    return spark
+
+
+def has_class(spark: Any, name: str) -> bool:
+    try:
+        loader = spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        loader.loadClass(name)
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False
+
+
+def has_native_kafka(spark: Any) -> bool:
+    """True when spark-sql-kafka and spark-avro are on the classpath: format("kafka") + from_avro."""
+    return has_class(spark, NATIVE_KAFKA_CLASS) and has_class(spark, AVRO_CLASS)
+
+
+def require_delta(spark: Any) -> None:
+    if not has_class(spark, DELTA_CLASS):
+        raise RuntimeError(
+            "delta-spark is not on the Spark classpath: install Maven and a JDK so txbuffer can resolve "
+            "deploy/maven/spark/pom.xml, or pass the jars with spark-submit --jars / TXBUFFER_SPARK_JARS"
+        )
