@@ -65,6 +65,12 @@ ALL_OPS = (
 ENVELOPE_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", TRUNCATE: "t", DDL: "ddl", READ: "r"}
 
 
+def _read_record(buf: Any, schema: Any, reader_schema: Any = None) -> dict[str, Any]:
+    """fastavro's reader, typed: every schema read here is a record, so the result is a dict."""
+    record: dict[str, Any] = fastavro.schemaless_reader(buf, schema, reader_schema)  # type: ignore[assignment]
+    return record
+
+
 class DecodeError(ValueError):
     """A record that does not decode as the expected schema."""
 
@@ -88,19 +94,19 @@ def transaction_schema() -> Any:
     return load_schema("transaction_event")
 
 
-def encode(schema: Any, record: dict) -> bytes:
+def encode(schema: Any, record: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, schema, record)
     return buf.getvalue()
 
 
-def decode(schema: Any, data: bytes) -> dict:
+def decode(schema: Any, data: bytes) -> dict[str, Any]:
     """Decode one schemaless Avro record; raise DecodeError on bytes that do not fit."""
     if not data:
         raise DecodeError("empty record")
     buf = io.BytesIO(data)
     try:
-        record = fastavro.schemaless_reader(buf, schema, None)
+        record = _read_record(buf, schema, None)
     except Exception as exc:  # fastavro raises many types (EOFError, IndexError, UnicodeDecodeError...)
         raise DecodeError(f"undecodable Avro: {type(exc).__name__}: {exc}") from exc
     if buf.tell() != len(data):
@@ -108,7 +114,7 @@ def decode(schema: Any, data: bytes) -> dict:
     return record
 
 
-def raw_event(xid: str, op: str, seq: int, scn: int, **fields: Any) -> dict:
+def raw_event(xid: str, op: str, seq: int, scn: int, **fields: Any) -> dict[str, Any]:
     """A RawEvent dict with every default filled in (for sources, the generator and tests)."""
     event = {
         "xid": xid,
@@ -141,35 +147,35 @@ def raw_event(xid: str, op: str, seq: int, scn: int, **fields: Any) -> dict:
     return event
 
 
-def encode_raw(event: dict) -> bytes:
+def encode_raw(event: dict[str, Any]) -> bytes:
     return encode(raw_schema(), event)
 
 
-def decode_raw(data: bytes) -> dict:
+def decode_raw(data: bytes) -> dict[str, Any]:
     return decode(raw_schema(), data)
 
 
-def encode_change(event: dict) -> bytes:
+def encode_change(event: dict[str, Any]) -> bytes:
     return encode(change_schema(), event)
 
 
-def decode_change(data: bytes) -> dict:
+def decode_change(data: bytes) -> dict[str, Any]:
     return decode(change_schema(), data)
 
 
-def encode_transaction(event: dict) -> bytes:
+def encode_transaction(event: dict[str, Any]) -> bytes:
     return encode(transaction_schema(), event)
 
 
-def decode_transaction(data: bytes) -> dict:
+def decode_transaction(data: bytes) -> dict[str, Any]:
     return decode(transaction_schema(), data)
 
 
-def encode_outcome(record: dict) -> bytes:
+def encode_outcome(record: dict[str, Any]) -> bytes:
     return encode(load_schema("txn_outcome"), record)
 
 
-def decode_outcome(data: bytes) -> dict:
+def decode_outcome(data: bytes) -> dict[str, Any]:
     return decode(load_schema("txn_outcome"), data)
 
 
@@ -178,7 +184,7 @@ def event_id(thread: int, commit_scn: int, xid: str, seq: int) -> str:
     return f"{thread}:{commit_scn}:{xid}:{seq}"
 
 
-def change_key(table: str | None, key: dict | None) -> bytes:
+def change_key(table: str | None, key: dict[str, Any] | None) -> bytes:
     """Kafka key of a ChangeEvent: table plus primary key, so one row stays in one partition."""
     body = json.dumps(key or {}, sort_keys=True, separators=(",", ":"), default=_json_default)
     return f"{table or ''}|{body}".encode()
@@ -207,7 +213,7 @@ def _sub_schema(name: str, source: str, fields: slice) -> Any:
 
 
 @cache
-def _parts() -> dict:
+def _parts() -> dict[str, Any]:
     with open(SCHEMA_DIR / "raw_event.avsc", encoding="utf-8") as f:
         raw_names = [fld["name"] for fld in json.load(f)["fields"]]
     with open(SCHEMA_DIR / "change_event.avsc", encoding="utf-8") as f:
@@ -226,26 +232,26 @@ def _parts() -> dict:
     }
 
 
-def decode_routing(data: bytes) -> tuple[dict, int]:
+def decode_routing(data: bytes) -> tuple[dict[str, Any], int]:
     """The RawEvent fields before key/before/after/ddl, and the offset where `key` starts."""
     buf = io.BytesIO(data)
     try:
-        head = fastavro.schemaless_reader(buf, _parts()["routing"], None)
+        head = _read_record(buf, _parts()["routing"], None)
     except Exception as exc:
         raise DecodeError(f"undecodable Avro: {type(exc).__name__}: {exc}") from exc
     return head, buf.tell()
 
 
-def decode_raw_with_body_offset(data: bytes) -> tuple[dict, int]:
+def decode_raw_with_body_offset(data: bytes) -> tuple[dict[str, Any], int]:
     """A whole RawEvent, validated to its last byte, and the offset where `key` starts."""
     if not data:
         raise DecodeError("empty record")
     buf = io.BytesIO(data)
     parts = _parts()
     try:
-        record = fastavro.schemaless_reader(buf, parts["routing"], None)
+        record = _read_record(buf, parts["routing"], None)
         body_at = buf.tell()
-        record.update(fastavro.schemaless_reader(buf, parts["body"], None))
+        record.update(_read_record(buf, parts["body"], None))
     except Exception as exc:  # fastavro raises many types (EOFError, IndexError, UnicodeDecodeError...)
         raise DecodeError(f"undecodable Avro: {type(exc).__name__}: {exc}") from exc
     if buf.tell() != len(data):
@@ -253,11 +259,12 @@ def decode_raw_with_body_offset(data: bytes) -> tuple[dict, int]:
     return record, body_at
 
 
-def decode_key_at(data: bytes, position: int) -> dict | None:
-    return fastavro.schemaless_reader(io.BytesIO(memoryview(data)[position:]), _parts()["key"], None)["key"]
+def decode_key_at(data: bytes, position: int) -> dict[str, Any] | None:
+    key: dict[str, Any] | None = _read_record(io.BytesIO(memoryview(data)[position:]), _parts()["key"], None)["key"]
+    return key
 
 
-def encode_change_spliced(head: dict, body: bytes | memoryview, tail: dict) -> bytes:
+def encode_change_spliced(head: dict[str, Any], body: bytes | memoryview, tail: dict[str, Any]) -> bytes:
     """ChangeEvent bytes from {event_id, op, ts_ms}, the raw key..ddl bytes and {source, transaction}."""
     parts = _parts()
     buf = io.BytesIO()

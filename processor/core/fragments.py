@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor.core import events as ev
 
 
@@ -9,8 +11,10 @@ def _fill(like: str | bytes, n: int) -> str | bytes:
     return b"\x00" * n if isinstance(like, bytes) else " " * n
 
 
-def apply_fragment(value: str | bytes | None, fragment: dict) -> str | bytes:
-    """The column value after one fragment. Offsets are 0-based characters (CLOB) or bytes (BLOB)."""
+def apply_fragment(value: Any, fragment: dict[str, Any]) -> Any:
+    """The column value (str, bytes or None) after one fragment: str for a CLOB, bytes for a BLOB.
+
+    Offsets are 0-based characters (CLOB) or bytes (BLOB)."""
     data = fragment["lob_data"]
     if value is None:
         value = b"" if isinstance(data, bytes) else ""

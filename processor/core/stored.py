@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import marshal
 import struct
+from typing import Any
 
 MARSHAL_VERSION = marshal.version
 _LEN = struct.Struct(">H")
 
 
-def pack(e: dict, raw: bytes, body_at: int, kafka_key: bytes | None) -> bytes:
+def pack(e: dict[str, Any], raw: bytes, body_at: int, kafka_key: bytes | None) -> bytes:
     header = marshal.dumps(
         (e["op"], e["seq"], e["scn"], e["ts_ms"], e["table"], e["row_id"], e["attrs"], kafka_key, body_at)
     )
     return _LEN.pack(len(header)) + header + raw
 
 
-def unpack(value: bytes) -> tuple[tuple, bytes]:
+def unpack(value: bytes) -> tuple[tuple[Any, ...], bytes]:
     """(header, raw): header = (op, seq, scn, ts_ms, table, row_id, attrs, kafka_key, body_at)."""
     (n,) = _LEN.unpack_from(value)
     return marshal.loads(value[2 : 2 + n]), value[2 + n :]
@@ -35,4 +36,5 @@ def raw_of(value: bytes) -> bytes:
 
 
 def op_of(value: bytes) -> str:
-    return unpack(value)[0][0]
+    op: str = unpack(value)[0][0]
+    return op
