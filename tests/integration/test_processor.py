@@ -152,7 +152,7 @@ def test_bad_input_goes_to_dlq_with_reason_and_no_valid_change_is_lost(broker, t
     reasons = [h["reason"].decode() for *_, h in dlq]
     assert all(r.strip() for r in reasons), reasons
     assert sorted(h["offset"] for *_, h in dlq) == [b"2", b"3", b"4"]
-    assert all(h["topic"] == topics.raw.encode() for *_, h in dlq)
+    assert all(h["source"] == topics.raw.encode() for *_, h in dlq)
     by_offset = {h["offset"]: value for _, _, _, value, h in dlq}
     assert by_offset[b"2"] == b"\x00\xff\xfe garbage"  # the original bytes, untouched
     assert by_offset[b"4"] == _commit_with_string_scn("t1")
