@@ -208,7 +208,7 @@ class Snapshotter:
         if chunk["chunk"] == self.state.table(chunk["table"]).chunks:
             log.info("postgres.snapshot_chunk_resent", table=chunk["table"], chunk=chunk["chunk"])
             self._deliver(chunk)
-        path.unlink()
+        path.unlink(missing_ok=True)
 
     def _deliver(self, chunk: dict) -> None:
         progress = self.state.table(chunk["table"])
