@@ -40,6 +40,7 @@ from processor.core.events import (
     LOB_TRIM,
     LOB_WRITE,
     LONG_STRING_WRITE,
+    READ,
     ROLLBACK,
     ROLLBACK_TO_SAVEPOINT,
     SAVEPOINT,
@@ -147,6 +148,7 @@ class WorkloadGenerator:
         keys_per_table: int = 10_000,
         huge_txn_size: int = 0,
         heartbeat_every: int = 1000,
+        snapshot_rows: int = 20,
         expected_dir: str | Path | None = None,
         xid_prefix: str | None = None,
     ):
@@ -158,6 +160,7 @@ class WorkloadGenerator:
         self.restart_rate, self.duplicate_rate, self.implicit_rate = restart_rate, duplicate_rate, implicit_begin_rate
         self.specs = [TABLES[name] for name in tables]
         self.keys_per_table, self.huge_size, self.heartbeat_every = keys_per_table, huge_txn_size, heartbeat_every
+        self.snapshot_rows = snapshot_rows
         self.xid_prefix = f"s{seed}-" if xid_prefix is None else xid_prefix
         self.rng = random.Random(seed)
         self.rows: dict[str, dict[object, dict]] = {s.name: {} for s in [*self.specs, BULK_TABLE]}
@@ -174,6 +177,8 @@ class WorkloadGenerator:
 
     def __iter__(self) -> Iterator[dict]:
         rng = self.rng
+        if self.snapshot_rows > 0:
+            yield from self._snapshot()
         if self.huge_size > 0:
             yield from self._start(huge=True)
         while True:
@@ -246,6 +251,25 @@ class WorkloadGenerator:
         self.open.append(txn)
         if huge or rng.random() >= self.implicit_rate:
             yield from self._out(self._emit(txn, BEGIN))
+
+    def _snapshot(self) -> Iterator[dict]:
+        """An initial snapshot, as a capture emits it before streaming: one committed transaction of
+        READ rows (Debezium op "r") for the first keys of each table, seen by later transactions."""
+        txn = _Txn(f"{self.xid_prefix}snapshot", 0, True, False, USERS[0], CLIENTS[0])
+        txn.index = len(self.open)
+        self.open.append(txn)
+        yield from self._out(self._emit(txn, BEGIN))
+        for spec in self.specs:
+            for pk in range(min(self.snapshot_rows, self.keys_per_table)):
+                key, after = _key(spec, pk), _new_row(self.rng, spec, pk)
+                self.locks[(spec.name, pk)] = txn
+                txn.first_touch[(spec.name, pk)] = None
+                row_id = f"{spec.name}#{pk}" if spec.row_ids else None
+                ev = self._emit(txn, READ, table=spec.name, key=key, before=None, after=after, row_id=row_id)
+                yield from self._out(ev)
+                self._record(txn, ev, spec.name, pk, None, key, None, after, None)
+                self._set_row(spec.name, pk, after)
+        yield from self._finish(txn)
 
     def _close(self, txn: _Txn) -> None:
         last = self.open.pop()  # swap-remove keeps picking O(1)
