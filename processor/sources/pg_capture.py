@@ -34,6 +34,7 @@ log = structlog.get_logger(__name__)
 
 SNAPSHOT_MODES = ("initial", "never", "initial_only")
 HEARTBEAT_PREFIX = "txbuffer.heartbeat"
+PROGRESS_INTERVAL_S = 30.0
 
 
 class CaptureError(RuntimeError):
@@ -119,7 +120,7 @@ class PostgresCapture:
         self.events = 0
         self.snapshot_rows = 0
         self.sessions = 0
-        self._last_ack = self._last_heartbeat = self._last_emit = 0.0
+        self._last_ack = self._last_heartbeat = self._last_progress = 0.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -343,6 +344,16 @@ class PostgresCapture:
             if self.mapper.idle:
                 # A WAL position in this database even when nothing of it changes.
                 self._query(f"SELECT pg_logical_emit_message(false, '{HEARTBEAT_PREFIX}', '')::text")
+        if now - self._last_progress >= PROGRESS_INTERVAL_S:
+            self._last_progress = now
+            stats = self.mapper.stats
+            log.info(
+                "postgres.progress",
+                events=self.events,
+                acked_lsn=pg.lsn_str(self.acked_lsn),
+                toast_carried=stats["toast_carried"],
+                toast_placeholder=stats["toast_placeholder"],
+            )
 
     def _ack(self, cur: Any) -> None:
         self._last_ack = self.clock()
