@@ -24,7 +24,7 @@ from processor.kafka.clients import (
 
 pytestmark = pytest.mark.integration
 
-KAFKA_IMAGE = "apache/kafka:3.8.0"
+KAFKA_IMAGE = "apache/kafka:4.1.1"  # the version the embedded broker runs (processor/kafka/embedded.py)
 
 
 def docker_unreachable_reason() -> str | None:
