@@ -1,9 +1,12 @@
-"""Spark stage benchmark: records/s from txbuffer.changes to the change log and current-state tables.
+"""Spark stage benchmark: changes/s from txbuffer.changes (format("kafka") + from_avro) into the Delta
+change log and the MERGEd current-state tables.
 
 `bench_spark(bootstrap, n)` produces n synthetic ChangeEvents (10 tables, 100k keys, mostly
-updates, 5% deletes, 2% at-least-once duplicates) to a fresh 4-partition topic, then runs the job
-with the available-now trigger on a local[2] session. `records_per_s` counts input records over
-the query's run time (JVM start-up and producing excluded; both are reported separately).
+updates, 5% deletes, 2% at-least-once duplicates) to a fresh 4-partition topic on Apache Kafka,
+then runs the job on a local[2] session with the given batch size (maxOffsetsPerTrigger) and
+trigger.
+
+    .venv/bin/python -m bench.spark_bench --changes 1000000 --batch 250000 --trigger available-now
 """
 
 from __future__ import annotations
@@ -51,8 +54,21 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
 
 
 def bench_spark(
-    bootstrap: str, n_changes: int = 1_000_000, max_offsets_per_trigger: int = 250_000, partitions: int = 4
+    bootstrap: str,
+    n_changes: int = 1_000_000,
+    max_offsets_per_trigger: int = 250_000,
+    partitions: int = 4,
+    trigger: str = "available-now",
+    tables: int = 10,
+    master: str = "local[2]",
+    native: bool = True,
 ) -> dict:
+    """Native Kafka source -> from_avro -> dedup -> Delta change log + MERGE into current state.
+
+    `changes_per_s` = input records / the query's run time (JVM start-up and producing excluded,
+    reported separately). The batch size is max_offsets_per_trigger; the trigger is available-now
+    or processingTime=<interval>.
+    """
     from processor.kafka.clients import ensure_topics, make_producer, produce_all
     from processor.spark.job import run_job, spark_session
     from processor.spark.readback import row_counts
@@ -60,17 +76,33 @@ def bench_spark(
     topic = f"bench-changes-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: partitions})
     t0 = time.monotonic()
-    produce_all(make_producer(bootstrap), topic, ((k, v, None) for k, v in synthetic_changes(n_changes)))
+    produce_all(make_producer(bootstrap), topic, ((k, v, None) for k, v in synthetic_changes(n_changes, tables=tables)))
     produce_s = time.monotonic() - t0
     work = tempfile.mkdtemp(prefix="txbuffer-spark-bench-")
     t1 = time.monotonic()
-    spark = spark_session(app="txbuffer-bench")
+    # The benchmark is the launcher: it picks the master and parallelism, as spark-submit would.
+    conf = {
+        "spark.master": master,
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "2g",
+    }
+    spark = spark_session(app="txbuffer-bench", conf=conf)
     startup_s = time.monotonic() - t1
     try:
         summary = run_job(
-            bootstrap, topic, f"{work}/ck", f"{work}/out", spark=spark, max_offsets_per_trigger=max_offsets_per_trigger
+            bootstrap,
+            topic,
+            f"{work}/ck",
+            f"file://{work}/lake",
+            trigger=trigger,
+            spark=spark,
+            native=native,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            timeout_s=None if trigger == "available-now" else 3600,
         )
-        rows = sum(row_counts(f"{work}/out").values())
+        rows = sum(row_counts(f"{work}/lake").values())
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -78,24 +110,45 @@ def bench_spark(
         "records": n_changes,
         "input_rows": summary["input_rows"],
         "batches": summary["batches"],
+        "batch_seconds": summary.get("batch_seconds"),
         "query_seconds": summary["seconds"],
-        "records_per_s": round(n_changes / summary["seconds"], 1),
+        "changes_per_s": round(summary["input_rows"] / summary["seconds"], 1),
+        "records_per_s": round(summary["input_rows"] / summary["seconds"], 1),
         "spark_startup_seconds": round(startup_s, 2),
         "produce_seconds": round(produce_s, 2),
         "current_state_rows": rows,
+        "tables": tables,
         "max_offsets_per_trigger": max_offsets_per_trigger,
-        "master": "local[2]",
+        "trigger": trigger,
+        "master": master,
+        "kafka_path": "native" if summary["native"] else "python",
     }
     log.info("bench.spark", **result)
     return result
 
 
 if __name__ == "__main__":
+    import argparse
     import json
-    import sys
 
     from processor.kafka.embedded import EmbeddedKafka
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    p = argparse.ArgumentParser(description="Spark stage: native Kafka -> Delta MERGE, changes/s")
+    p.add_argument("--changes", type=int, default=1_000_000)
+    p.add_argument("--batch", type=int, default=250_000, help="maxOffsetsPerTrigger")
+    p.add_argument("--trigger", default="available-now", help="available-now | processingTime=<interval>")
+    p.add_argument("--tables", type=int, default=10)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--python-source", action="store_true", help="the fallback Python Kafka source")
+    a = p.parse_args()
     with EmbeddedKafka() as broker:
-        print(json.dumps(bench_spark(broker.bootstrap, n)))
+        out = bench_spark(
+            broker.bootstrap,
+            a.changes,
+            a.batch,
+            trigger=a.trigger,
+            tables=a.tables,
+            master=a.master,
+            native=not a.python_source,
+        )
+        print(json.dumps(out))

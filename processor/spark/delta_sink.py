@@ -51,7 +51,7 @@ from processor.spark.row_types import (
 
 log = structlog.get_logger(__name__)
 
-ROW_OPS = ("c", "u", "d")
+ROW_OPS = ("c", "u", "d", "r")  # r: a snapshot row, an upsert like c
 TABLE_WIDE = "*"  # tombstone key of a truncate
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -91,6 +91,7 @@ class DeltaSinks:
         self.prune_every = prune_every_batches
         self._tables: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._deletes_exist = False
+        self._persisted: list[Any] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
         df = df.persist()  # three writes read the batch: run the source and the dedup state once
@@ -128,18 +129,23 @@ class DeltaSinks:
     def merge_state(self, df: Any, batch_id: int) -> list[str]:
         spark = df.sparkSession
         rows = df.where(F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t"))
-        columns, truncates, max_ts = self.inspect(rows)
+        columns, truncates, max_ts, with_deletes = self.inspect(rows)
         tables = sorted(set(columns) | set(truncates))
         tombstones = []
         for table in tables:
             tomb = self.merge_table(spark, rows, table, columns.get(table, {}), truncates.get(table), batch_id)
-            if tomb is not None:
+            if tomb is not None and (table in with_deletes or table in truncates):
                 tombstones.append(tomb)
-        if tombstones:
-            merged = tombstones[0]
-            for t in tombstones[1:]:
-                merged = merged.unionByName(t)
-            self.record_tombstones(spark, merged, batch_id)
+        try:
+            if tombstones:
+                merged = tombstones[0]
+                for t in tombstones[1:]:
+                    merged = merged.unionByName(t)
+                self.record_tombstones(spark, merged, batch_id)
+        finally:
+            for cached in self._persisted:
+                cached.unpersist()
+            self._persisted.clear()
         if max_ts is not None and batch_id % self.prune_every == 0 and self.has_deletes(spark):
             spark.sql(
                 f"DELETE FROM delta.`{self.deletes}` WHERE {COMMIT_TS_MS} < {max_ts - self.tombstone_retention_ms}"
@@ -147,8 +153,9 @@ class DeltaSinks:
         return tables
 
     @staticmethod
-    def inspect(rows: Any) -> tuple[dict, dict, int | None]:
-        """Per table: {column: (is_key, branches seen)}, the newest truncate position, max commit time."""
+    def inspect(rows: Any) -> tuple[dict, dict, int | None, set[str]]:
+        """Per table: {column: (is_key, branches seen)}, the newest truncate position; the max commit
+        time; the tables with deletes in the batch."""
         exploded = rows.select("table", F.lit(True).alias("is_key"), F.explode("key").alias("col", "v")).unionByName(
             rows.select("table", F.lit(False).alias("is_key"), F.explode("after").alias("col", "v"))
         )
@@ -160,13 +167,16 @@ class DeltaSinks:
         summary = rows.groupBy("table").agg(
             F.max(F.when(F.col("op") == "t", F.struct("commit_scn", "seq", "commit_ts_ms"))).alias("trunc"),
             F.max("commit_ts_ms").alias("max_ts"),
+            F.max(F.col("op") == "d").alias("has_deletes"),
         )
-        truncates, max_ts = {}, None
+        truncates, max_ts, with_deletes = {}, None, set()
         for r in summary.collect():
             if r["trunc"] is not None:
                 truncates[r["table"]] = tuple(r["trunc"])
+            if r["has_deletes"]:
+                with_deletes.add(r["table"])
             max_ts = r["max_ts"] if max_ts is None else max(max_ts, r["max_ts"])
-        return columns, truncates, max_ts
+        return columns, truncates, max_ts, with_deletes
 
     def merge_table(
         self, spark: Any, rows: Any, table: str, seen: dict, truncate: tuple | None, batch_id: int
@@ -176,7 +186,11 @@ class DeltaSinks:
         exists, pk, current = self.describe(spark, uri)
         pk = pk or sorted(c for c, (is_key, _) in seen.items() if is_key)
         if not pk and not exists:
-            raise ValueError(f"changes of {table} carry no primary key: cannot MERGE them into a current-state table")
+            if truncate is None:
+                # Nothing identifies a row: the changes stay in the change log only, and say so.
+                log.error("spark.state.no_primary_key", table=table, note="kept in the change log only")
+                return None
+            return self.truncate_tombstone(spark, table, truncate)
         wanted = dict(current)
         for col, (_, branches) in seen.items():
             typed = {b for b in branches}
@@ -213,17 +227,21 @@ class DeltaSinks:
         src = src.withColumn("_key", key_json_expr(pk))
         if self.has_deletes(spark):
             src = self.drop_superseded(spark, src, table)
+        src = src.persist()  # read by the MERGE and again for the tombstones
+        self._persisted.append(src)
         self.merge(spark, uri, src, pk, list(wanted), batch_id)
 
         tomb = src.where(F.col(OP) == "d").select(F.lit(table).alias("table"), "_key", COMMIT_SCN, SEQ, COMMIT_TS_MS)
-        if truncate is not None:
-            scn, seq, ts = truncate
-            trunc_row = spark.createDataFrame(
-                [(table, TABLE_WIDE, scn, seq, ts)],
-                f"table string, _key string, {COMMIT_SCN} long, {SEQ} long, {COMMIT_TS_MS} long",
-            )
-            tomb = tomb.unionByName(trunc_row)
-        return tomb.withColumnRenamed("_key", "key")
+        tomb = tomb.withColumnRenamed("_key", "key")
+        return tomb if truncate is None else tomb.unionByName(self.truncate_tombstone(spark, table, truncate))
+
+    @staticmethod
+    def truncate_tombstone(spark: Any, table: str, truncate: tuple) -> Any:
+        scn, seq, ts = truncate
+        return spark.createDataFrame(
+            [(table, TABLE_WIDE, scn, seq, ts)],
+            f"table string, key string, {COMMIT_SCN} long, {SEQ} long, {COMMIT_TS_MS} long",
+        )
 
     def describe(self, spark: Any, uri: str) -> tuple[bool, list[str], dict[str, str]]:
         """(exists, primary key, {column: branch}) of a state table; cached, as this query is its only

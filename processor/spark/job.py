@@ -164,6 +164,7 @@ def run_job(
         "batches": len([p for p in progress if p["numInputRows"]]),
         "input_rows": sum(p["numInputRows"] for p in progress),
         "dropped_by_watermark": dropped_by_watermark(progress),
+        "batch_seconds": [round(p["durationMs"].get("triggerExecution", 0) / 1000, 2) for p in progress],
         "seconds": round(time.monotonic() - started, 3),
         "ending_offsets": ending,
     }
