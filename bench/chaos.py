@@ -1,42 +1,45 @@
-"""The kill campaign: `python -m bench.chaos [--quick] [--events N] [--kills K] [--instances I] [--seed S]`.
+"""The kill campaign: `python -m bench.chaos [--quick|--storm] [--guarantee G|both] [--events N] [--kills K] ...`.
 
 What it does, in one process tree:
-  1. starts an embedded (Tansu) broker and fresh topics;
-  2. feeds a seeded generated workload (processor.sources.generator) to the raw topic from a
+  1. starts an embedded Apache Kafka broker on a data dir the campaign keeps, and fresh topics;
+  2. feeds a seeded generated workload (processor.testing.generator) to the raw topic from a
      background thread, throttled to --rate events/s, while the generator writes the expected output;
-  3. runs --instances `txbuffer run` subprocesses in one consumer group, each with its own state dir
-     and its own Prometheus endpoint;
+  3. runs --instances `txbuffer run` subprocesses in one consumer group, each with its own state dir,
+     its own Prometheus endpoint and (exactly_once) its own transactional.id;
   4. SIGKILLs a random live instance at a random instant inside each of --kills equal time slots
-     spread over the feed; with probability --wipe-prob (and at least --min-wipes times) the victim's
-     state dir is deleted before it is restarted after a random delay;
-  5. once, between two kills, SIGSTOPs the broker for --pause seconds, then SIGCONTs it;
-  6. waits until the group's committed low watermark equals the true end of every raw partition
-     (nothing open, nothing pending anywhere), stops the instances with SIGTERM;
-  7. checks the output: processor.verify.verify() against the generator's expected files, plus its
-     own pass over the changes topic (duplicates before and after dedup, from event_ids AND content;
-     commit-order violations per input partition), and opens every state dir read-only to count
-     leftover buffered keys (TXN) and transaction metadata (META).
+     spread over the feed; every --wipe-every-th victim also loses its state dir; each victim is
+     restarted after a random delay;
+  5. SIGKILLs the broker itself --broker-kills times (in random kill slots) and restarts it on the
+     same data dir after a short random outage; optionally SIGSTOPs it once for --pause seconds;
+  6. or, with --storm-rounds R: restarts --storm-victims of the instances R times in quick
+     succession (SIGTERM, start again, --storm-interval later the next round), then measures how long
+     the group takes to have every partition assigned and to reach the end;
+  7. waits until the group's committed low watermark equals the true end of every raw partition,
+     checks every partition is assigned to exactly one member, stops the instances with SIGTERM, then
+     runs every instance once more with --available-now: each must exit 0 within --finish-timeout
+     (an instance that does not is one that "never finishes");
+  8. checks the output: processor.testing.verify.verify() against the generator's expected files,
+     plus its own pass (bench/chaos_checks.py) over the changes topic with a read_committed consumer
+     (duplicates before and after dedup, commit-order violations per input partition), the DLQ (the
+     generator writes no bad input, so every dead letter is a false one), and every state dir
+     opened read-only (leftover buffered keys).
 
 Recovery time ("restart to first output") is measured per restart from the moment the restarted
 process is spawned to the first Prometheus scrape of that process showing
-txbuffer_changes_emitted_total > 0 (the scrape runs every 0.1 s; the runner refreshes its metrics
-every commit_interval_ms, 1 s by default, so the figure is an upper bound by up to ~1.1 s). A restart
-that never emits (nothing left for it, or killed first) has no recovery time. The log-based time to
-`partition.assigned` (group join) is reported too.
+txbuffer_changes_emitted_total > 0 (scrapes every 0.1 s; the runner refreshes its metrics every
+commit_interval_ms, 1 s by default, so the figure is an upper bound by up to ~1.1 s).
 
-Prints a table and writes bench/results/chaos-<UTC timestamp>.json.
+Prints a table per campaign and writes bench/results/chaos-<UTC timestamp>.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,24 +52,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from bench.chaos_checks import assigned_times, dist, dlq_reasons, inspect_state_dirs, own_pass, table
 from processor.core import events as ev
-from processor.core import keys
 from processor.kafka.client_config import KafkaClientConfig
-from processor.kafka.dlq import read_dlq_headers
+from processor.kafka.embedded import EmbeddedKafka, free_port
 from processor.kafka.end_offsets import end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
-from processor.kafka.read import read_to_end
-from processor.kafka.embedded import EmbeddedKafka, free_port
-from processor.testing.expected import dumps
 from processor.testing.generator import WorkloadGenerator
-from processor.testing.verify import read_topic, verify
+from processor.testing.verify import verify
 
 RESULTS = Path(__file__).resolve().parent / "results"
+GUARANTEES = ("at_least_once_dedup", "exactly_once")
 
 PRESETS = {
-    "full": dict(events=1_000_000, kills=20, instances=3, rate=4000, pause=30.0, partitions=6, open_txns=100),
-    "quick": dict(events=100_000, kills=5, instances=2, rate=4000, pause=5.0, partitions=4, open_txns=100),
+    "full": dict(events=1_000_000, kills=20, instances=3, rate=4000, broker_kills=2, partitions=6, open_txns=100),
+    "quick": dict(events=100_000, kills=5, instances=2, rate=4000, broker_kills=1, partitions=4, open_txns=100),
+    "storm": dict(
+        events=200_000, kills=0, instances=3, rate=4000, broker_kills=0, partitions=6, open_txns=100, storm_rounds=20
+    ),
 }
 
 
@@ -76,14 +81,21 @@ class Campaign:
     kills: int = 20
     instances: int = 3
     seed: int = 1
+    guarantee: str = "at_least_once_dedup"
     rate: float = 4000.0  # feed rate, events/s (0 = as fast as possible)
     partitions: int = 6
     open_txns: int = 100  # concurrently open transactions in the generator
-    pause: float = 30.0  # broker SIGSTOP duration, seconds (0 = no pause)
-    wipe_prob: float = 0.25
-    min_wipes: int = 1
+    broker_kills: int = 2  # SIGKILLs of the broker, each followed by a restart on the same data dir
+    broker_down: tuple[float, float] = (1.0, 5.0)  # seconds the killed broker stays down
+    pause: float = 0.0  # broker SIGSTOP duration, seconds (0 = no pause)
+    wipe_every: int = 3  # every n-th killed instance also loses its state dir (0 = never)
     restart_delay: tuple[float, float] = (0.0, 3.0)
+    storm_rounds: int = 0  # rebalance storm: rounds of restarting storm_victims instances
+    storm_victims: int = 2
+    storm_interval: float = 1.0  # seconds between storm rounds
+    storm_bound_s: float = 120.0  # after the storm: every partition assigned and the end reached within this
     settle_timeout: float = 600.0  # after the feed: time allowed to reach the end
+    finish_timeout: float = 180.0  # the closing --available-now round: each instance exits within this
     workdir: Path | None = None
     keep: bool = False
 
@@ -104,7 +116,7 @@ class Restart:
     instance: int
     at_s: float  # seconds since campaign start
     wiped: bool
-    reason: str  # "kill" or "unplanned-exit"
+    reason: str  # "kill", "storm" or "unplanned-exit"
     first_output_s: float | None = None
     assigned_s: float | None = None
 
@@ -122,21 +134,25 @@ class Outcome:
 
 class Chaos:
     def __init__(self, c: Campaign, log=print):
+        if c.guarantee not in GUARANTEES:
+            raise ValueError(f"guarantee must be one of {GUARANTEES}, not {c.guarantee!r}")
         self.c = c
         self.say = log
         self.rng = random.Random(c.seed)
         self.tmp = Path(c.workdir or tempfile.mkdtemp(prefix="txbuffer-chaos-"))
         self.tmp.mkdir(parents=True, exist_ok=True)
-        tag = uuid.uuid4().hex[:8]
-        self.raw, self.changes, self.txns, self.dlq = (
+        self.tag = uuid.uuid4().hex[:8]
+        tag = self.tag
+        self.raw, self.changes, self.txns, self.dlq, self.outcomes = (
             f"raw-{tag}",
             f"changes-{tag}",
             f"transactions-{tag}",
             f"dlq-{tag}",
+            f"outcomes-{tag}",
         )
         self.group = f"chaos-{tag}"
         self.expected_dir = self.tmp / "expected"
-        self.broker = EmbeddedKafka(log_path=self.tmp / "broker.log")
+        self.broker = EmbeddedKafka(log_path=self.tmp / "broker.log", data_dir=self.tmp / "kafka", keep_data=True)
         self.instances = [
             Instance(i, self.tmp / f"state-{i}", self.tmp / f"instance-{i}.log") for i in range(c.instances)
         ]
@@ -147,6 +163,9 @@ class Chaos:
         self.fed = 0
         self.summary: dict = {}
         self.restarts: list[Restart] = []
+        self.broker_down_s: list[float] = []
+        self._broker_up = threading.Event()
+        self._broker_up.set()
         self._watch: list[tuple[Instance, Restart, int]] = []  # (instance, restart, start number)
         self._stop_watch = threading.Event()
 
@@ -160,46 +179,37 @@ class Chaos:
         self.out.timeline.append(entry)
         self.say(f"[{entry['t']:8.2f}s] {what} " + " ".join(f"{k}={v}" for k, v in kw.items()))
 
-    def _args(self, inst: Instance) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "processor.cli",
-            "--log-format",
-            "json",
-            "run",
-            "--bootstrap",
-            self.broker.bootstrap,
-            "--raw-topic",
-            self.raw,
-            "--changes-topic",
-            self.changes,
-            "--transactions-topic",
-            self.txns,
-            "--dlq-topic",
-            self.dlq,
-            "--group",
-            self.group,
-            "--state-dir",
-            str(inst.state_dir),
-            "--metrics-port",
-            str(inst.port),
-        ]
+    def _args(self, inst: Instance, available_now: bool = False) -> list[str]:
+        args = [
+            sys.executable, "-m", "processor.cli", "--log-format", "json", "run",
+            "--bootstrap", self.broker.bootstrap,
+            "--raw-topic", self.raw,
+            "--changes-topic", self.changes,
+            "--transactions-topic", self.txns,
+            "--dlq-topic", self.dlq,
+            "--outcomes-topic", self.outcomes,
+            "--group", self.group,
+            "--state-dir", str(inst.state_dir),
+            "--metrics-port", str(inst.port),
+            "--guarantee", self.c.guarantee,
+            # One stable id per instance: a restart fences its killed predecessor's open transaction.
+            "--transactional-id", f"{self.group}-{inst.index}",
+        ]  # fmt: skip
+        return args + (["--available-now"] if available_now else [])
 
-    def start(self, inst: Instance, restart: Restart | None = None) -> None:
+    def start(self, inst: Instance, restart: Restart | None = None, available_now: bool = False) -> None:
         inst.port = free_port()
-        out = open(inst.log_path, "ab")
-        out.write(f'{{"chaos": "start", "n": {inst.starts + 1}}}\n'.encode())
-        out.flush()
-        inst.started_at = time.monotonic()
-        inst.proc = subprocess.Popen(
-            self._args(inst),
-            stdout=out,
-            stderr=out,
-            env=dict(os.environ),
-            cwd=str(Path(__file__).resolve().parent.parent),
-        )
-        out.close()
+        with open(inst.log_path, "ab") as out:
+            out.write(f'{{"chaos": "start", "n": {inst.starts + 1}}}\n'.encode())
+            out.flush()
+            inst.started_at = time.monotonic()
+            inst.proc = subprocess.Popen(
+                self._args(inst, available_now),
+                stdout=out,
+                stderr=out,
+                env=dict(os.environ),
+                cwd=str(Path(__file__).resolve().parent.parent),
+            )
         inst.starts += 1
         if restart is not None:
             self._watch.append((inst, restart, inst.starts))
@@ -246,7 +256,7 @@ class Chaos:
                     ahead = self.fed / self.c.rate - (time.monotonic() - started)
                     if ahead > 0:
                         time.sleep(ahead)
-            writer.flush(600)
+            writer.flush(600)  # idempotent producer: retries across broker restarts, raises on failures
             self.summary = gen.summary()
         except Exception as exc:  # reported, and the campaign fails
             self.feed_error.append(repr(exc))
@@ -276,26 +286,35 @@ class Chaos:
 
     def run(self) -> Outcome:
         c = self.c
-        self.broker.start()
+        self.broker.start(timeout_s=120)
         self.t0 = time.monotonic()
         watcher = threading.Thread(target=self._watcher, daemon=True)
         try:
             RawTopicWriter(self.broker.bootstrap, self.raw, partitions=c.partitions).flush()  # create the topic
             feeder = threading.Thread(target=self._feed, daemon=True)
             feeder.start()
-            self.note("feed-start", events=c.events, rate=c.rate)
+            self.note("feed-start", events=c.events, rate=c.rate, guarantee=c.guarantee)
             for inst in self.instances:
                 self.start(inst)
             watcher.start()
-            self._campaign()
+            if c.storm_rounds:
+                self._storm()
+            else:
+                self._campaign()
             self.feed_done.wait()
             self.note("feed-done", fed=self.fed, errors=self.feed_error)
             if self.feed_error:
                 raise RuntimeError(f"feeding the raw topic failed: {self.feed_error}")
             reached = self._wait_for_end()
+            self.out.figures["partitions_assigned"] = self._assignment_check()
             self._stop_all()
             self._stop_watch.set()
-            self._inspect_state_dirs()
+            self._finish_round()
+            figures, rows = inspect_state_dirs(
+                {i.index: i.state_dir for i in self.instances}, self.out.figures.get("raw_end_offsets", {})
+            )
+            self.out.figures.update(figures)
+            self.out.state_dirs = rows
             self._check_output(reached)
         finally:
             self._stop_watch.set()
@@ -303,13 +322,12 @@ class Chaos:
                 if inst.proc is not None and inst.proc.poll() is None:
                     inst.proc.kill()
                     inst.proc.wait(10)
-            try:
+            if self.broker.running():
                 self.broker.resume()
-            except Exception:
-                pass
             self.broker.stop()
             if not c.keep:
                 shutil.rmtree(self.tmp / "expected", ignore_errors=True)
+                shutil.rmtree(self.tmp / "kafka", ignore_errors=True)
                 for inst in self.instances:
                     shutil.rmtree(inst.state_dir, ignore_errors=True)
         return self.out
@@ -317,36 +335,33 @@ class Chaos:
     def _campaign(self) -> None:
         c = self.c
         duration = c.events / c.rate if c.rate else max(20.0, c.events / 15000)
-        slot = duration / max(1, c.kills)
-        wipe_slots = set(self.rng.sample(range(c.kills), min(c.min_wipes, c.kills))) if c.kills else set()
-        pause_after = self.rng.randrange(c.kills) if c.kills and c.pause > 0 else -1
-        first_delay = 5.0  # past the ~3 s group join: the first kill hits a running member
-        for k in range(c.kills):
+        slots = max(1, c.kills)
+        slot = duration / slots
+        broker_slots = set(self.rng.sample(range(slots), min(c.broker_kills, slots)))
+        pause_slot = self.rng.randrange(slots) if c.pause > 0 else -1
+        first_delay = 5.0  # past the group join: the first kill hits a running member
+        for k in range(slots):
             start = first_delay + k * slot
             instant = start + self.rng.uniform(0.1, 0.9) * slot
             self._sleep(max(0.0, instant - self.now()))
-            self._kill(k, wipe=(k in wipe_slots or self.rng.random() < c.wipe_prob))
-            if k == pause_after:
+            if k < c.kills:
+                self._kill(k)
+            if k in broker_slots:
                 self._sleep(self.rng.uniform(1.0, 3.0))
-                self.note("broker-pause", seconds=c.pause)
-                self.broker.pause()
-                time.sleep(c.pause)
-                self.broker.resume()
-                self.note("broker-resume")
-        if c.kills == 0 and c.pause > 0:
-            self._sleep(duration / 2)
-            self.note("broker-pause", seconds=c.pause)
-            self.broker.pause()
-            time.sleep(c.pause)
-            self.broker.resume()
-            self.note("broker-resume")
+                self._kill_broker()
+            if k == pause_slot:
+                self._sleep(self.rng.uniform(1.0, 3.0))
+                self._pause_broker()
+        for _ in range(c.broker_kills - len(broker_slots)):  # more broker kills than slots
+            self._kill_broker()
 
-    def _kill(self, k: int, wipe: bool) -> None:
+    def _kill(self, k: int) -> None:
         live = [i for i in self.instances if i.proc is not None and i.proc.poll() is None]
         if not live:
             self._check_unplanned()
             live = [i for i in self.instances if i.proc is not None]
         inst = self.rng.choice(live)
+        wipe = bool(self.c.wipe_every) and (k + 1) % self.c.wipe_every == 0
         uptime = round(time.monotonic() - inst.started_at, 2)
         inst.proc.send_signal(signal.SIGKILL)
         inst.proc.wait(10)
@@ -358,6 +373,58 @@ class Chaos:
         r = Restart(inst.index, round(self.now(), 2), wipe, "kill")
         self.restarts.append(r)
         self.start(inst, r)
+
+    def _kill_broker(self) -> None:
+        down = self.rng.uniform(*self.c.broker_down)
+        self.note("broker-kill", fed=self.fed, down_s=round(down, 2))
+        killed = time.monotonic()
+        self.broker.kill()
+        self._sleep(down)
+        self.broker.restart(timeout_s=120)
+        self.broker_down_s.append(round(time.monotonic() - killed, 2))
+        self.note("broker-restarted", down_s=self.broker_down_s[-1], version=self.broker.version)
+
+    def _pause_broker(self) -> None:
+        self.note("broker-pause", seconds=self.c.pause)
+        self.broker.pause()
+        time.sleep(self.c.pause)
+        self.broker.resume()
+        self.note("broker-resume")
+
+    def _storm(self) -> None:
+        """Restart storm_victims of the instances storm_rounds times in quick succession."""
+        c = self.c
+        self._sleep(5.0)  # the group has formed
+        victims = self.instances[: c.storm_victims]
+        for n in range(c.storm_rounds):
+            for inst in victims:
+                if inst.proc is not None and inst.proc.poll() is None:
+                    inst.proc.send_signal(signal.SIGTERM)
+            for inst in victims:
+                if inst.proc is None:
+                    continue
+                try:
+                    inst.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    inst.proc.kill()  # a restart storm does not wait on a slow shutdown
+                    inst.proc.wait(10)
+                inst.proc = None
+                r = Restart(inst.index, round(self.now(), 2), False, "storm")
+                self.restarts.append(r)
+                self.start(inst, r)
+            self.note("storm-round", n=n + 1, fed=self.fed)
+            self._sleep(c.storm_interval)
+        storm_end = time.monotonic()
+        assigned = None
+        while time.monotonic() - storm_end < c.storm_bound_s:
+            self._check_unplanned()
+            if self._assignment_check()["ok"]:
+                assigned = round(time.monotonic() - storm_end, 2)
+                break
+            time.sleep(0.5)
+        self.out.figures["storm_assigned_s"] = assigned
+        self._storm_end = storm_end
+        self.note("storm-done", rounds=c.storm_rounds, all_assigned_after_s=assigned)
 
     def _committed(self, parts: list[int]) -> dict[int, int]:
         consumer = KafkaClientConfig(self.broker.bootstrap).consumer(self.group)
@@ -380,10 +447,29 @@ class Chaos:
                 self.note("committed-probe-failed", error=str(exc))
             if committed and all(committed.get(p, -1) >= end for p, end in ends.items()):
                 self.note("reached-end", committed=committed)
+                if self.c.storm_rounds:
+                    self.out.figures["storm_end_s"] = round(time.monotonic() - self._storm_end, 2)
                 return True
             time.sleep(2.0)
         self.note("end-not-reached", committed=committed, ends=ends)
         return False
+
+    def _assignment_check(self) -> dict:
+        """Every raw partition owned by exactly one live member of the group (the broker's view)."""
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        owners: dict[int, int] = {}
+        try:
+            desc = admin.describe_consumer_groups([self.group], request_timeout=10)[self.group].result(timeout=15)
+            members = len(desc.members)
+            for m in desc.members:
+                for tp in m.assignment.topic_partitions if m.assignment else []:
+                    if tp.topic == self.raw:
+                        owners[tp.partition] = owners.get(tp.partition, 0) + 1
+        except Exception as exc:
+            return {"ok": False, "error": str(exc)}
+        unowned = [p for p in range(self.c.partitions) if p not in owners]
+        shared = [p for p, n in owners.items() if n > 1]
+        return {"ok": not unowned and not shared, "members": members, "unowned": unowned, "shared": shared}
 
     def _stop_all(self) -> None:
         codes = {}
@@ -398,66 +484,54 @@ class Chaos:
             except subprocess.TimeoutExpired:
                 inst.proc.kill()
                 codes[inst.index] = f"killed after 60 s: {inst.proc.wait(10)}"
+            inst.proc = None
         self.out.figures["final_exit_codes"] = codes
         self.note("stopped", exit_codes=codes)
 
-    # ------------------------------------------------------------------ checks
-
-    def _inspect_state_dirs(self) -> None:
-        """Leftover keys per state dir and partition, from the store opened read-only."""
-        from processor.runtime.status import ReadOnlyRocksStore
-
-        ends = self.out.figures.get("raw_end_offsets", {})
-        leaked = stale = meta = 0
+    def _finish_round(self) -> None:
+        """Every instance once more with --available-now, together: each must exit 0 in time."""
         for inst in self.instances:
-            store_dir = inst.state_dir / "store"
-            row: dict = {"partitions": {}}
-            if not (store_dir / "CURRENT").is_file():
-                row["note"] = "no store"
-                self.out.state_dirs[inst.index] = row
-                continue
-            store = ReadOnlyRocksStore(store_dir)
-            try:
-                per: dict[int, dict] = {}
-                for kind, name in ((keys.TXN, "txn_keys"), (keys.META, "meta_keys")):
-                    for key, _ in store.scan_prefix(kind):
-                        p = int.from_bytes(key[1:5], "big")
-                        per.setdefault(p, {"txn_keys": 0, "meta_keys": 0})[name] += 1
-                for key, raw in store.scan_prefix(keys.POS):
-                    p = int.from_bytes(key[1:5], "big")
-                    per.setdefault(p, {"txn_keys": 0, "meta_keys": 0})["next_offset"] = json.loads(raw)["next_offset"]
-            finally:
-                store.close()
-            for p, fig in sorted(per.items()):
-                current = fig.get("next_offset", -1) >= ends.get(p, 0)
-                fig["current"] = current  # this store processed the partition to the end
-                if current:
-                    leaked += fig["txn_keys"]
-                    meta += fig["meta_keys"]
-                else:
-                    stale += fig["txn_keys"] + fig["meta_keys"]
-                row["partitions"][p] = fig
-            self.out.state_dirs[inst.index] = row
-        f = self.out.figures
-        f["leaked_txn_keys"] = leaked  # TXN keys left in stores that processed their partition to the end
-        f["leaked_meta_keys"] = meta  # open/pending transaction metadata left there
-        f["stale_cache_keys"] = stale  # TXN+META keys of partitions this store lost to another member (a cache)
+            self.start(inst, available_now=True)
+        deadline = time.monotonic() + self.c.finish_timeout
+        codes: dict[int, object] = {}
+        while time.monotonic() < deadline and len(codes) < len(self.instances):
+            for inst in self.instances:
+                if inst.index not in codes and inst.proc.poll() is not None:
+                    codes[inst.index] = inst.proc.returncode
+            time.sleep(0.2)
+        never = 0
+        for inst in self.instances:
+            if inst.index not in codes:
+                never += 1
+                inst.proc.kill()
+                codes[inst.index] = f"still running after {self.c.finish_timeout} s"
+            inst.proc.wait(10)
+            inst.proc = None
+        self.out.figures["finish_exit_codes"] = codes
+        self.out.figures["never_finished"] = never
+        self.note("available-now-round", exit_codes=codes)
+
+    # ------------------------------------------------------------------ checks
 
     def _check_output(self, reached: bool) -> None:
         f = self.out.figures
+        c = self.c
         rep = verify(
             self.broker.bootstrap, self.expected_dir, self.changes, self.txns, ordering="partition", timeout_s=600
         )
         self.out.verify = {k: v for k, v in asdict(rep).items() if k != "samples"}
         self.out.samples = rep.samples
-        own = self._own_pass()
-        dlq_reasons = self._dlq_reasons()
-        dlq = sum(dlq_reasons.values())
+        own = own_pass(self.broker.bootstrap, self.changes, self.txns, self.group)
+        reasons = dlq_reasons(self.broker.bootstrap, self.dlq, self.group)
         recov = [r.first_output_s for r in self.restarts if r.first_output_s is not None]
-        self._assigned_times()
+        for inst in self.instances:
+            mine = [r for r in self.restarts if r.instance == inst.index]
+            for r, seconds in zip(mine, assigned_times(inst.log_path)):
+                r.assigned_s = seconds
         joined = [r.assigned_s for r in self.restarts if r.assigned_s is not None]
         f.update(
             {
+                "guarantee": c.guarantee,
                 "events_fed": self.fed,
                 "expected_changes": rep.expected,
                 "expected_transactions": rep.expected_transactions,
@@ -476,257 +550,111 @@ class Chaos:
                 "end_count_mismatches": rep.end_count_mismatches,
                 "end_count_conflicts": own["end_count_conflicts"],
                 "resync_records": own["resync_records"],
-                "dlq_records": dlq,  # the generator writes no bad input: every DLQ record here is a false one
-                "dlq_reasons": dlq_reasons,
+                "dlq_records": sum(reasons.values()),  # the generator writes no bad input: all are false
+                "dlq_reasons": reasons,
                 "kills": sum(1 for r in self.restarts if r.reason == "kill"),
                 "wipes": sum(1 for r in self.restarts if r.wiped),
+                "storm_restarts": sum(1 for r in self.restarts if r.reason == "storm"),
+                "broker_kills": len(self.broker_down_s),
+                "broker_down_s": self.broker_down_s,
+                "broker_pause_s": c.pause,
                 "unplanned_exits": len(self.out.unplanned_exits),
-                "broker_pause_s": self.c.pause,
+                "unplanned_exit_codes": sorted({u["returncode"] for u in self.out.unplanned_exits}),
                 "reached_end": reached,
                 "restarts_with_output": len(recov),
-                "recovery_first_output_s": _dist(recov),
-                "recovery_assigned_s": _dist(joined),
+                "recovery_first_output_s": dist(recov),
+                "recovery_assigned_s": dist(joined),
             }
         )
         self.out.restarts = [asdict(r) for r in self.restarts]
+        dups = f["duplicates_before_dedup"] if c.guarantee == "exactly_once" else f["duplicates_after_dedup"]
+        storm_ok = not c.storm_rounds or (
+            f.get("storm_assigned_s") is not None and f.get("storm_end_s", c.storm_bound_s + 1) <= c.storm_bound_s
+        )
         f["ok"] = bool(
             reached
             and rep.ok
             and not f["duplicates_after_dedup"]
+            and not dups
+            and not f["order_violations_per_input_partition"]
             and not f["leaked_txn_keys"]
             and not f["leaked_meta_keys"]
             and not f["resync_records"]
+            and not f["dlq_records"]
+            and not f["never_finished"]
+            and f["partitions_assigned"].get("ok")
+            and storm_ok
         )
-
-    def _dlq_reasons(self) -> dict[str, int]:
-        """DLQ records by reason (the xid in the reason is cut off so that reasons group)."""
-        reasons: dict[str, int] = {}
-        for msg in read_to_end(self.broker.bootstrap, self.dlq, self.group + "-dlq", 120):
-            reason = read_dlq_headers(msg.headers()).get("reason", "?").rsplit(" in ", 1)[0]
-            reasons[reason] = reasons.get(reason, 0) + 1
-        return reasons
-
-    def _own_pass(self) -> dict:
-        """Duplicates from event_ids and content, and order per input partition (first occurrence kept)."""
-        input_partition: dict[str, int] = {}
-        end_counts: dict[str, set] = {}
-        resync = 0
-        for _, _, _, value in read_topic(self.broker.bootstrap, self.txns, timeout_s=600, group=self.group + "-own"):
-            if value is None:
-                continue
-            t = ev.decode_transaction(value)
-            if t["status"] == "END":
-                ident = f"{t['id']}@{t['commit_scn']}"
-                input_partition.setdefault(ident, t["input_partition"])
-                end_counts.setdefault(ident, set()).add(t["event_count"])
-            elif t["status"] == "RESYNC_REQUIRED":
-                resync += 1
-        by_event: dict[bytes, bytes] = {}  # event_id digest -> content digest of the first copy
-        by_change: dict[bytes, bytes] = {}  # (xid, seq) digest -> event_id digest of the first copy
-        records = conflicts = other_id = 0
-        conflict_ids: set[bytes] = set()
-        last: dict[tuple, tuple[int, int]] = {}
-        violations: dict[int, int] = {}
-        for partition, _, key, value in read_topic(
-            self.broker.bootstrap, self.changes, timeout_s=600, group=self.group + "-own"
-        ):
-            if value is None:
-                continue
-            records += 1
-            ch = ev.decode_change(value)
-            src = ch["source"]
-            eid = _digest(ch["event_id"])
-            content = _digest(
-                dumps(
-                    [
-                        ch["op"],
-                        src["table"],
-                        _s(ch["key"]),
-                        _s(ch["before"]),
-                        _s(ch["after"]),
-                        ch["ddl"],
-                        src["xid"],
-                        src["seq"],
-                        src["commit_scn"],
-                    ]
-                )
-            )
-            first = by_event.get(eid)
-            if first is not None:
-                if first != content and eid not in conflict_ids:
-                    conflict_ids.add(eid)
-                    conflicts += 1
-                continue
-            by_event[eid] = content
-            ident = _digest(f"{src['xid']}\x00{src['seq']}")
-            if ident in by_change:
-                other_id += 1  # the same source change survived dedup under a second event_id
-            else:
-                by_change[ident] = eid
-            ip = input_partition.get(f"{src['xid']}@{src['commit_scn']}", -1)
-            scope = (partition, key, ip)
-            pos = (src["commit_scn"], src["seq"])
-            prev = last.get(scope)
-            if prev is not None and pos < prev:
-                violations[ip] = violations.get(ip, 0) + 1
-            else:
-                last[scope] = pos
-        return {
-            "records": records,
-            "duplicates_before_dedup": records - len(by_event),
-            "dedup_conflicts": conflicts,
-            "same_change_other_event_id": other_id,
-            "duplicates_after_dedup": conflicts + other_id,
-            "order_violations_per_input_partition": violations,
-            "resync_records": resync,
-            # verify() keeps the first END per transaction; a later END with another event_count
-            # (e.g. an empty re-commit after a rebuild) is only seen here.
-            "end_count_conflicts": sum(1 for counts in end_counts.values() if len(counts) > 1),
-        }
-
-    def _assigned_times(self) -> None:
-        """Per restart: spawn -> first `partition.assigned` log line of that process (log timestamps)."""
-        for inst in self.instances:
-            starts: list[tuple[datetime | None, datetime | None]] = []
-            for line in inst.log_path.read_text(errors="replace").splitlines():
-                if line.startswith('{"chaos": "start"'):
-                    starts.append([None, None])
-                    continue
-                if not starts or not line.startswith("{"):
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                ts = rec.get("timestamp")
-                if not ts:
-                    continue
-                when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-                if starts[-1][0] is None:
-                    starts[-1][0] = when  # first log line: the process is up (interpreter start excluded)
-                if rec.get("event") == "partition.assigned" and starts[-1][1] is None:
-                    starts[-1][1] = when
-            mine = [r for r in self.restarts if r.instance == inst.index]
-            for r, (first, assigned) in zip(mine, starts[1:]):
-                if first is not None and assigned is not None:
-                    r.assigned_s = round((assigned - first).total_seconds(), 2)
-
-
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode(), digest_size=8).digest()
-
-
-def _s(row: dict | None) -> list | None:
-    return None if row is None else sorted(row.items())
-
-
-def _dist(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    values = sorted(values)
-    return {
-        "n": len(values),
-        "min": values[0],
-        "median": round(statistics.median(values), 2),
-        "p90": values[min(len(values) - 1, int(0.9 * len(values)))],
-        "max": values[-1],
-    }
-
-
-def table(fig: dict) -> str:
-    rows = [
-        ("events fed", fig.get("events_fed")),
-        ("expected changes / transactions", f"{fig.get('expected_changes')} / {fig.get('expected_transactions')}"),
-        ("change records read (before dedup)", fig.get("changes_records")),
-        ("kills (SIGKILL)", fig.get("kills")),
-        ("state dir wipes", fig.get("wipes")),
-        ("unplanned exits (restarted)", fig.get("unplanned_exits")),
-        ("broker SIGSTOP pause (s)", fig.get("broker_pause_s")),
-        ("reached end (committed = log end)", fig.get("reached_end")),
-        ("changes lost", fig.get("lost")),
-        ("unexpected changes", fig.get("unexpected")),
-        ("content mismatches", fig.get("mismatches")),
-        ("duplicates after dedup", fig.get("duplicates_after_dedup")),
-        ("  same event_id, other content", fig.get("dedup_conflicts")),
-        ("  same (xid, seq), other event_id", fig.get("same_change_other_event_id")),
-        ("duplicates before dedup", fig.get("duplicates_before_dedup")),
-        ("commit-order violations", fig.get("order_violations")),
-        ("  per input partition", fig.get("order_violations_per_input_partition")),
-        ("missing / unexpected ENDs", f"{fig.get('missing_ends')} / {fig.get('unexpected_ends')}"),
-        ("END count mismatches (first END)", fig.get("end_count_mismatches")),
-        ("ENDs of one txn with differing counts", fig.get("end_count_conflicts")),
-        ("leftover TXN keys (current stores)", fig.get("leaked_txn_keys")),
-        ("leftover META keys (current stores)", fig.get("leaked_meta_keys")),
-        ("stale-cache keys (partitions moved away)", fig.get("stale_cache_keys")),
-        ("RESYNC_REQUIRED records / DLQ records", f"{fig.get('resync_records')} / {fig.get('dlq_records')}"),
-        ("  DLQ reasons", fig.get("dlq_reasons")),
-        ("restart -> first output (s)", _fmt(fig.get("recovery_first_output_s"))),
-        ("restart -> partition.assigned (s)", _fmt(fig.get("recovery_assigned_s"))),
-        ("final exit codes (SIGTERM)", fig.get("final_exit_codes")),
-        ("verdict", "OK" if fig.get("ok") else "FAILED"),
-    ]
-    width = max(len(r[0]) for r in rows)
-    return "\n".join(f"{name.ljust(width)} | {value}" for name, value in rows)
-
-
-def _fmt(d: dict | None) -> str:
-    if not d or not d.get("n"):
-        return "n=0"
-    return f"n={d['n']} min={d['min']} median={d['median']} p90={d['p90']} max={d['max']}"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100k events, 5 kills, 2 instances, 5 s pause")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="100k events, 5 kills, 2 instances, 1 broker kill")
+    mode.add_argument("--storm", action="store_true", help="rebalance storm: 200k events, 3 instances, 20 rounds")
+    ap.add_argument("--guarantee", choices=(*GUARANTEES, "both"), default="at_least_once_dedup")
     ap.add_argument("--events", type=int)
     ap.add_argument("--kills", type=int)
     ap.add_argument("--instances", type=int, choices=(1, 2, 3))
+    ap.add_argument("--broker-kills", type=int)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rate", type=float, help="feed rate, events/s (0 = unthrottled)")
-    ap.add_argument("--pause", type=float, help="broker SIGSTOP seconds (0 = none)")
+    ap.add_argument("--pause", type=float, default=0.0, help="broker SIGSTOP seconds (0 = none)")
     ap.add_argument("--partitions", type=int)
     ap.add_argument("--open-txns", type=int)
-    ap.add_argument("--wipe-prob", type=float, default=0.25)
-    ap.add_argument("--min-wipes", type=int, default=1)
+    ap.add_argument("--wipe-every", type=int, default=3)
+    ap.add_argument("--storm-rounds", type=int)
+    ap.add_argument("--storm-interval", type=float, default=1.0)
+    ap.add_argument("--storm-bound", type=float, default=120.0, help="seconds allowed after the storm")
     ap.add_argument("--settle-timeout", type=float, default=600.0)
+    ap.add_argument("--finish-timeout", type=float, default=180.0)
     ap.add_argument("--workdir", type=Path)
-    ap.add_argument("--keep", action="store_true", help="keep state dirs and expected files")
+    ap.add_argument("--keep", action="store_true", help="keep state dirs, broker data and expected files")
     ap.add_argument("--out", type=Path, help="JSON results path (default bench/results/chaos-<ts>.json)")
     args = ap.parse_args(argv)
-    preset = dict(PRESETS["quick" if args.quick else "full"])
-    for name in ("events", "kills", "instances", "rate", "pause", "partitions", "open_txns"):
+    preset = dict(PRESETS["quick" if args.quick else "storm" if args.storm else "full"])
+    for name in ("events", "kills", "instances", "broker_kills", "rate", "partitions", "open_txns", "storm_rounds"):
         value = getattr(args, name)
         if value is not None:
             preset[name] = value
-    c = Campaign(
-        seed=args.seed,
-        wipe_prob=args.wipe_prob,
-        min_wipes=args.min_wipes,
-        settle_timeout=args.settle_timeout,
-        workdir=args.workdir,
-        keep=args.keep,
-        **preset,
-    )
+    guarantees = GUARANTEES if args.guarantee == "both" else (args.guarantee,)
     started = datetime.now(UTC)
-    t = time.monotonic()
-    out = Chaos(c).run()
-    fig = out.figures
-    fig["seconds"] = round(time.monotonic() - t, 1)
-    print()
-    print(table(fig))
-    if out.samples:
-        print("samples:", json.dumps(out.samples)[:2000])
+    runs = []
+    for guarantee in guarantees:
+        c = Campaign(
+            seed=args.seed,
+            guarantee=guarantee,
+            pause=args.pause,
+            wipe_every=args.wipe_every,
+            storm_interval=args.storm_interval,
+            storm_bound_s=args.storm_bound,
+            settle_timeout=args.settle_timeout,
+            finish_timeout=args.finish_timeout,
+            workdir=args.workdir / guarantee if args.workdir else None,
+            keep=args.keep,
+            **preset,
+        )
+        t = time.monotonic()
+        out = Chaos(c).run()
+        out.figures["seconds"] = round(time.monotonic() - t, 1)
+        print()
+        print(table(out.figures))
+        if out.samples:
+            print("samples:", json.dumps(out.samples)[:2000])
+        runs.append(
+            {"campaign": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(c).items()}, **asdict(out)}
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = args.out or RESULTS / f"chaos-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     doc = {
         "started": started.isoformat(),
-        "command": "python -m bench.chaos " + " ".join(argv or sys.argv[1:]),
-        "campaign": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(c).items()},
-        **asdict(out),
+        "command": "python -m bench.chaos " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "ok": all(r["figures"].get("ok") for r in runs),
+        "runs": runs,
     }
     path.write_text(json.dumps(doc, indent=1, default=str))
     print(f"results: {path}")
-    return 0 if fig.get("ok") else 1
+    return 0 if doc["ok"] else 1
 
 
 if __name__ == "__main__":

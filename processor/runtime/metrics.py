@@ -14,6 +14,8 @@ import time
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
 
+from processor.runtime import broker_contact
+
 log = structlog.get_logger(__name__)
 
 NS = "txbuffer"
@@ -87,6 +89,12 @@ class Metrics:
         self.last_update = Gauge(
             f"{NS}_last_update_timestamp_seconds", "when the figures were last updated", registry=r
         )
+        self.broker_contact_age = Gauge(
+            f"{NS}_broker_contact_age_seconds",
+            "seconds since the broker last acknowledged an offset commit (grows during an outage)",
+            registry=r,
+        )
+        self.broker_contact_age.set_function(broker_contact.age_s)
         self._lock = threading.Lock()
         self._seen_stats: dict[str, dict[str, int]] = {}
         self._seen_emitted = {"changes_emitted": 0, "transactions_emitted": 0}

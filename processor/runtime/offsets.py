@@ -14,6 +14,7 @@ import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from processor.kafka.sink import KafkaSink
+from processor.runtime import broker_contact
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +64,8 @@ class OffsetCommitter:
     def on_commit(self, err, partitions: list[TopicPartition]) -> None:
         """A failed commit (e.g. a stale generation during a rebalance) is retried at the next
         interval even if the watermark has not moved since."""
+        if err is None:
+            broker_contact.seen()  # the broker answered, whatever it said per partition
         failed = [tp for tp in partitions if err is not None or tp.error is not None]
         for tp in failed:
             if self.sent.get(tp.partition) == tp.offset:

@@ -77,6 +77,7 @@ _TOTALS = {  # sample name -> totals key (summed over partitions where labelled)
     "txbuffer_lost_state_events_total": "lost_events",
     "txbuffer_held_transactions": "held_txns",
     "txbuffer_oldest_held_age_seconds": "oldest_held_age_s",
+    "txbuffer_broker_contact_age_seconds": "broker_contact_age_s",
     "process_resident_memory_bytes": "rss_bytes",
 }
 
