@@ -189,4 +189,8 @@ def make_output(cfg: ProcessorConfig, kafka_sink: KafkaSink, partitions: int = 1
     log.info(
         "debezium.output", prefix=cfg.topic_prefix, serialization=cfg.serialization, connector=cfg.debezium_connector
     )
+    if cfg.ordering != "global":
+        # Debezium consumers apply a table topic in order: two transactions on different raw
+        # partitions that touch one row reach it in commit order only with ordering: global.
+        log.warning("debezium.per_partition_ordering", hint="set ordering: global for per-row commit order")
     return DebeziumSink(kafka_sink, DebeziumRecords(ctx, book), serialize, cfg.tombstones, ensure_topic)

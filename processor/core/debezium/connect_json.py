@@ -28,10 +28,33 @@ def variable_decimal(value: decimal.Decimal) -> tuple[int, bytes]:
     return scale, unscaled_bytes(value, scale)
 
 
+_PLAIN: dict[int, tuple[dict, bool]] = {}  # id(schema) -> (schema, JSON-ready as is?)
+
+
+def _is_plain(schema: dict) -> bool:
+    """True when no value under this schema needs converting (no bytes, decimals or variable decimals)."""
+    cached = _PLAIN.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    kind = schema["type"]
+    if schema.get("name") in (DECIMAL, VARIABLE_DECIMAL) or kind == "bytes":
+        plain = False
+    elif kind == "struct":
+        plain = all(_is_plain(f) for f in schema["fields"])
+    elif kind == "array":
+        plain = _is_plain(schema["items"])
+    else:
+        plain = True
+    if len(_PLAIN) >= 4096:
+        _PLAIN.clear()
+    _PLAIN[id(schema)] = (schema, plain)
+    return plain
+
+
 def to_json(schema: dict | None, value: Any) -> Any:
     """A Connect-level value (see types.py) -> its JsonConverter payload."""
-    if value is None or schema is None:
-        return value
+    if value is None or schema is None or _is_plain(schema):
+        return value  # payloads are built in schema field order, so a plain one is already right
     name = schema.get("name")
     kind = schema["type"]
     if name == DECIMAL:
@@ -48,9 +71,27 @@ def to_json(schema: dict | None, value: Any) -> Any:
     return value
 
 
+_SCHEMA_TEXT: dict[int, tuple[dict, str]] = {}  # id(schema) -> (schema, its JSON); holds the schema alive
+_SCHEMA_TEXT_MAX = 4096
+
+
+def _schema_text(schema: dict | None) -> str:
+    """The JSON of a schema, rendered once: a table's schema repeats in every record of the table."""
+    if schema is None:
+        return "null"
+    cached = _SCHEMA_TEXT.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    if len(_SCHEMA_TEXT) >= _SCHEMA_TEXT_MAX:
+        _SCHEMA_TEXT.clear()
+    text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    _SCHEMA_TEXT[id(schema)] = (schema, text)
+    return text
+
+
 def render(schema: dict | None, payload: Any) -> bytes | None:
     """One key or value as JsonConverter (schemas.enable=true) writes it; None stays a null record."""
     if payload is None and schema is None:
         return None
-    body = {"schema": schema, "payload": to_json(schema, payload)}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    body = json.dumps(to_json(schema, payload), separators=(",", ":"), ensure_ascii=False)
+    return ('{"schema":' + _schema_text(schema) + ',"payload":' + body + "}").encode()
