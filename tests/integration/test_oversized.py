@@ -28,8 +28,11 @@ PIECE = 400_000  # three pieces fit the raw topic one by one; the merged change 
 
 @pytest.fixture(scope="module")
 def kafka():
-    with EmbeddedKafka() as broker:
+    broker = EmbeddedKafka().start(timeout_s=180)  # generous: the suite shares two cores with JVMs
+    try:
         yield broker
+    finally:
+        broker.stop()
 
 
 def _topics() -> dict[str, str]:

@@ -33,7 +33,7 @@ CLI = [sys.executable, "-m", "processor.cli", "--log-format", "json"]
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     broker = secure_broker(tmp_path_factory.mktemp("secure-kafka"), PASSWORD)
-    broker.start()
+    broker.start(timeout_s=180)  # generous: the suite shares two cores with JVMs
     try:
         grant_documented_acls(broker)
         yield broker
@@ -98,6 +98,10 @@ def test_generate_run_verify_over_sasl_ssl(secure, tmp_path):
     logged = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     shown = next(e["kafka"] for e in logged if e.get("event") == "run.config")
     assert shown["sasl.password"] == "***" and shown["security.protocol"] == "SASL_SSL"
+    status = subprocess.run(
+        [*CLI, "status", "--state-dir", str(tmp_path / "state"), "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert status.returncode == 0 and PASSWORD not in status.stdout + status.stderr
     # verify: the typed config object
     report = verify(secure_client(secure, PASSWORD), expected, timeout_s=120)
     assert report.ok, report.summary()
