@@ -100,6 +100,20 @@ class KafkaClientConfig:
         """Options for Spark's Kafka source and sink: each Java client property prefixed `kafka.`."""
         return {f"kafka.{k}": v for k, v in self.java_properties().items()}
 
+    def options(self) -> dict[str, str]:
+        """The librdkafka settings as `kafka.`-prefixed options, for the Python data source
+        (from_options() reads them back on the executors)."""
+        return {f"kafka.{k}": str(v) for k, v in self.base().items()}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaClientConfig:
+        """Read back options(): `kafka.bootstrap.servers` and every other `kafka.*` option."""
+        props = {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+        bootstrap = props.pop("bootstrap.servers", None)
+        if not bootstrap:
+            raise ValueError("option kafka.bootstrap.servers is required")
+        return cls(bootstrap, props)
+
 
 def as_client_config(target: KafkaClientConfig | str) -> KafkaClientConfig:
     """Accept a bare bootstrap string where a KafkaClientConfig is expected (tests, tools)."""

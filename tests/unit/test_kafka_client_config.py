@@ -77,6 +77,16 @@ def test_java_properties_for_spark_translate_scram_and_pem_trust():
     assert options["kafka.bootstrap.servers"] == "b:9093" and "kafka.sasl.jaas.config" in options
 
 
+def test_python_source_options_round_trip():
+    client = KafkaClientConfig("b:9093", SECURE)
+    options = {**client.options(), "subscribe": "t"}
+    assert options["kafka.sasl.password"] == SECURE["sasl.password"]
+    back = KafkaClientConfig.from_options(options)
+    assert (back.bootstrap, dict(back.properties)) == ("b:9093", SECURE)
+    with pytest.raises(ValueError, match=r"kafka\.bootstrap\.servers"):
+        KafkaClientConfig.from_options({"subscribe": "t"})
+
+
 def test_java_keystore_inlines_pem_files(tmp_path):
     (tmp_path / "c.pem").write_text("CERT")
     (tmp_path / "k.pem").write_text("KEY")
