@@ -1,0 +1,115 @@
+"""DebeziumSink's bookkeeping: one emitter ack per change however many records it becomes, the DLQ
+path, the emitter's own tombstones, and nothing produced when serialization fails. The producer is
+an in-memory recorder (the broker path is tests/integration/test_debezium_output.py)."""
+
+import pytest
+
+from processor.core import events as ev
+from processor.core.debezium import source_blocks as sb
+from processor.core.debezium.envelope import DebeziumRecords
+from processor.core.debezium.schemas import SchemaBook
+from processor.kafka.sink import KafkaSink
+from processor.runtime.config import ConfigError, load_config
+from processor.runtime.debezium_sink import DebeziumSink, json_serializer, make_output
+
+
+class RecordingProducer:
+    def __init__(self):
+        self.records, self.pending = [], []
+
+    def produce(self, topic, value=None, key=None, on_delivery=None, headers=None, **_):
+        self.records.append((topic, key, value, dict(headers or [])))
+        if on_delivery is not None:
+            self.pending.append(on_delivery)
+
+    def deliver_all(self, err=None):
+        pending, self.pending = self.pending, []
+        for callback in pending:
+            callback(err, None)
+
+    def poll(self, _timeout=0):
+        return 0
+
+
+def _change_bytes(op, key, before=None, after=None, seq=0):
+    return ev.encode_change(
+        {
+            "event_id": f"1:10:7:{seq}",
+            "op": op,
+            "ts_ms": 1,
+            "key": key,
+            "before": before,
+            "after": after,
+            "ddl": None,
+            "source": {
+                "table": "app.t",
+                "xid": "7",
+                "seq": seq,
+                "scn": 9,
+                "commit_scn": 10,
+                "commit_ts_ms": 1,
+                "thread": 1,
+                "user": None,
+                "row_id": None,
+                "attrs": {},
+            },
+            "transaction": {"id": "7", "total_order": seq + 1, "data_collection_order": seq + 1},
+        }
+    )
+
+
+def _sink(serialize=json_serializer, tombstones=True):
+    producer = RecordingProducer()
+    kafka = KafkaSink(producer, "changes", "transactions", "dlq")
+    records = DebeziumRecords(sb.SourceContext("postgresql", "p", "db", "t"), SchemaBook())
+    return DebeziumSink(kafka, records, serialize, tombstones, clock_ms=lambda: 5), producer
+
+
+def test_one_ack_per_change_after_all_its_records_are_acknowledged():
+    sink, producer = _sink()
+    acks = []
+    sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "a"}), acks.append)
+    sink.send_change(b"k", _change_bytes("d", {"id": 1}, before={"id": 1}, seq=1), acks.append)
+    assert [r[0] for r in producer.records] == ["p.app.t", "p.app.t", "p.app.t"]  # c, d, tombstone
+    assert producer.records[2][2] is None
+    assert acks == []
+    producer.deliver_all()
+    assert acks == [None, None]
+    sink.send_change(b"k", None, acks.append)  # the emitter's tombstone: already written with its delete
+    assert acks == [None, None, None] and len(producer.records) == 3
+
+
+def test_a_row_that_does_not_fit_goes_to_the_dlq_and_acks_with_its_dead_letter():
+    sink, producer = _sink()
+    acks = []
+    sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1}), acks.append)
+    bad = _change_bytes("c", {"id": "one"}, after={"id": "one"}, seq=1)
+    sink.send_change(b"k2", bad, acks.append)
+    topic, key, value, headers = producer.records[-1]
+    assert (topic, key, value) == ("dlq", b"k2", bad)
+    assert headers["source"] == b"debezium-output" and b"key column 'id'" in headers["reason"]
+    producer.deliver_all()
+    assert acks == [None, None] and sink.rows_dead_lettered == 1
+
+
+def test_a_serialization_failure_produces_nothing_of_that_change():
+    def failing(topic, field, schema, payload):
+        if field == "value":
+            raise RuntimeError("registry down")
+        return b"key"
+
+    sink, producer = _sink(failing)
+    with pytest.raises(RuntimeError, match="registry down"):
+        sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1}), lambda err: None)
+    assert producer.records == []
+
+
+def test_make_output_selects_the_mode_and_checks_the_registry_setting():
+    producer = RecordingProducer()
+    kafka = KafkaSink(producer, "changes", "transactions", "dlq")
+    assert make_output(load_config(env={}), kafka) is kafka
+    with pytest.raises(ConfigError, match="schema_registry_url"):
+        make_output(load_config(env={}, overrides={"envelope": "debezium", "serialization": "avro"}), kafka)
+    cfg = load_config(env={"TXBUFFER_ENVELOPE": "debezium", "TXBUFFER_TOPIC_PREFIX": "inv"})
+    out = make_output(cfg, kafka)
+    assert isinstance(out, DebeziumSink) and out.records.ctx.topic_prefix == "inv"
