@@ -1,8 +1,8 @@
 """The transaction engine: pure transaction semantics over a Store, no Kafka, no clocks.
 
 One PartitionEngine per raw-topic partition. apply() takes one raw record and returns actions
-(dead-letter this record, this transaction committed); the runner performs them. The rules are
-those of docs/semantics.md.
+(processor/core/actions.py: dead-letter this record, this transaction committed, this transaction
+finished); the runtime performs them. The rules are those of docs/semantics.md.
 """
 
 from __future__ import annotations
@@ -10,108 +10,20 @@ from __future__ import annotations
 import json
 import struct
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 from processor.core import events as ev
 from processor.core import keys, stored
+from processor.core.actions import Committed, DeadLetter, Finished
+from processor.core.filters import Filters
+from processor.core.stats import Stats
 from processor.core.store import Batch, Store
 from processor.core.txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK, Commit, Txn
+from processor.core.validation import validate
+
+__all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", "Stats", "validate"]
 
 FORMAT_VERSION = 2
 _DONE = struct.Struct(">Q")
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    txn: Txn
-
-
-@dataclass(frozen=True, slots=True)
-class Filters:
-    include_users: frozenset = frozenset()
-    exclude_users: frozenset = frozenset()
-    include_clients: frozenset = frozenset()
-    exclude_clients: frozenset = frozenset()
-    include_tables: frozenset = frozenset()
-    exclude_tables: frozenset = frozenset()
-
-    @classmethod
-    def from_config(cls, cfg) -> Filters:
-        return cls(**{f: getattr(cfg, f) for f in cls.__dataclass_fields__})
-
-    def table_excluded(self, table: str | None) -> bool:
-        if table is None:
-            return False
-        return table in self.exclude_tables or bool(self.include_tables and table not in self.include_tables)
-
-    def identity_excluded(self, user: str | None, client: str | None) -> bool:
-        if user is not None and (user in self.exclude_users or (self.include_users and user not in self.include_users)):
-            return True
-        if client is not None and (
-            client in self.exclude_clients or (self.include_clients and client not in self.include_clients)
-        ):
-            return True
-        return False
-
-
-@dataclass(slots=True)
-class Stats:
-    events: int = 0
-    changes: int = 0
-    committed: int = 0
-    rolled_back: int = 0
-    filtered_txns: int = 0
-    filtered_changes: int = 0
-    late_events: int = 0
-    restarts: int = 0
-    undone: int = 0
-    dead_letters: int = 0
-    abandoned: int = 0
-
-
-def validate(e: dict) -> str | None:
-    """Why an event that decoded is still unusable, or None."""
-    op = e["op"]
-    if e["seq"] < 0:
-        return f"negative seq {e['seq']}"
-    if op != ev.HEARTBEAT and not e["xid"]:
-        return f"{op} without xid"
-    if e["undo"]:
-        if not e["row_id"]:
-            return "undo row without row_id"
-        return None
-    if op in ev.ROW_OPS:
-        if not e["table"]:
-            return f"{op} without table"
-        if not e["key"]:
-            return f"{op} without key"
-    elif op == ev.TRUNCATE and not e["table"]:
-        return "TRUNCATE without table"
-    elif op == ev.DDL and not e["ddl"]:
-        return "DDL without ddl text"
-    elif op in ev.FRAGMENT_OPS:
-        if not e["lob_column"]:
-            return f"{op} without lob_column"
-        if not e["row_id"] and not (e["table"] and e["key"]):
-            return f"{op} without row_id or table and key"
-        if op == ev.LOB_TRIM and e["lob_length"] is None:
-            return "LOB_TRIM without lob_length"
-        if op == ev.LOB_ERASE and (e["lob_length"] is None or e["lob_offset"] is None):
-            return "LOB_ERASE without lob_offset and lob_length"
-    elif op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT) and not e["savepoint"]:
-        return f"{op} without savepoint name"
-    elif op == ev.SUBTXN_ABORT and not e["subxid"]:
-        return "SUBTXN_ABORT without subxid"
-    return None
 
 
 class PartitionEngine:
@@ -130,7 +42,6 @@ class PartitionEngine:
         self.watermark = -1
         self.last_ts_ms = 0
         self.stats = Stats()
-        self.outcomes: list[tuple[str, int, str]] = []  # finished without output; drained by the runner
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
         self._pos_dirty = False
@@ -169,9 +80,8 @@ class PartitionEngine:
                 return []
             if op == ev.ROLLBACK:
                 self._advance_watermark(e["scn"])
-                self._finish(xid, offset, ROLLED_BACK)
                 self.stats.rolled_back += 1
-                return []
+                return [self._finish(xid, offset, ROLLED_BACK)]
             txn = self._open(xid, offset, e)
         elif op == ev.BEGIN:
             # The source re-sent the transaction from its start: forget what we have. The first
@@ -199,9 +109,8 @@ class PartitionEngine:
             self._advance_watermark(e["scn"])
             self._drop_all(txn)
             del self.open[xid]
-            self._finish(xid, offset, ROLLED_BACK)
             self.stats.rolled_back += 1
-            return []
+            return [self._finish(xid, offset, ROLLED_BACK)]
         if txn.filtered and op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT):
             return []  # nothing of it is buffered: partial rollbacks have nothing to act on
         if op == ev.SAVEPOINT:
@@ -328,9 +237,8 @@ class PartitionEngine:
             self._advance_watermark(e["scn"])
             self._drop_all(txn)
             del self.open[txn.xid]
-            self._finish(txn.xid, offset, ROLLED_BACK)
             self.stats.rolled_back += 1
-            return []
+            return [self._finish(txn.xid, offset, ROLLED_BACK)]
         self.flush_data()
         prefix = keys.subxid_prefix(txn.prefix, e["subxid"])
         for index_key, _ in self.store.scan(prefix, prefix + keys.seq_bytes(e["seq"])):
@@ -344,9 +252,8 @@ class PartitionEngine:
         del self.open[txn.xid]
         if txn.filtered:
             self._drop_all(txn)
-            self._finish(txn.xid, offset, FILTERED)
             self.stats.filtered_txns += 1
-            return []
+            return [self._finish(txn.xid, offset, FILTERED)]
         self.pending[txn.xid] = txn
         self._dirty.add(txn.xid)
         self.stats.committed += 1
@@ -354,27 +261,35 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ outcomes
 
-    def acknowledged(self, txn: Txn) -> None:
+    def acknowledged(self, txn: Txn) -> Finished:
         """Every output of a committed transaction is acknowledged: drop its buffered events."""
         self.pending.pop(txn.xid, None)
         self._drop_all(txn)
-        self._finish(txn.xid, txn.commit.offset, COMMITTED)
+        assert txn.commit is not None
+        return self._finish(txn.xid, txn.commit.offset, COMMITTED)
 
-    def too_old(self, max_age_ms: int) -> list[Txn]:
-        """Open transactions older than max_age_ms in source time (the partition's newest ts_ms)."""
-        return [t for t in self.open.values() if t.first_ts_ms and self.last_ts_ms - t.first_ts_ms > max_age_ms]
-
-    def abandon(self, xid: str, offset: int) -> None:
-        """Retention policy: forget an open transaction (the runner dead-letters it)."""
-        txn = self.open.pop(xid)
-        self._drop_all(txn)
-        self._finish(xid, offset, ABANDONED)
-        self.stats.abandoned += 1
+    def abandon_older_than(self, max_age_ms: int) -> list[DeadLetter | Finished]:
+        """Retention policy: open transactions older than max_age_ms in source time (the partition's
+        newest ts_ms) are dropped, each reported by a dead letter, so none holds the low watermark
+        and the buffer forever. A later COMMIT of one is reported, never half-emitted."""
+        actions: list[DeadLetter | Finished] = []
+        for txn in [t for t in self.open.values() if t.first_ts_ms and self.last_ts_ms - t.first_ts_ms > max_age_ms]:
+            reason = (
+                f"abandoned: transaction {txn.xid} open for {self.last_ts_ms - txn.first_ts_ms} ms "
+                f"(source time) > max_open_age_ms={max_age_ms}; {txn.events} buffered "
+                f"events dropped; a later COMMIT will be reported, not emitted"
+            )
+            del self.open[txn.xid]
+            self._drop_all(txn)
+            self.stats.abandoned += 1
+            actions.append(DeadLetter(self.partition, txn.first_offset, txn.xid.encode(), None, reason))
+            actions.append(self._finish(txn.xid, self.next_offset - 1, ABANDONED))
+        return actions
 
     def mark_completed(self, xid: str, offset: int, outcome: str = COMMITTED) -> None:
         """Record a transaction another run already finished (rebuilt from END or outcome records)."""
         if xid not in self.completed and xid not in self.open and xid not in self.pending:
-            self._finish(xid, offset, outcome, publish=False)
+            self._finish(xid, offset, outcome)
 
     def cursor_moved(self, txn: Txn) -> None:
         self._dirty.add(txn.xid)
@@ -383,14 +298,13 @@ class PartitionEngine:
         self.batch.delete_range(txn.prefix, keys.upper_bound(txn.prefix))
         txn.events = txn.bytes = 0
 
-    def _finish(self, xid: str, offset: int, outcome: str, publish: bool = True) -> None:
-        if publish and outcome != COMMITTED:
-            self.outcomes.append((xid, offset, outcome))  # END records cover committed ones
+    def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
         self.completed[xid] = (offset, outcome)
         self.fifo.append((offset, xid))
         self.batch.put(keys.done_key(self.partition, xid), _DONE.pack(offset) + outcome.encode())
         self.batch.put(keys.fifo_key(self.partition, offset, xid), b"")
         self._dirty.add(xid)
+        return Finished(self.partition, xid, offset, outcome)
 
     def _dead(self, offset: int, key, value, reason: str) -> list:
         self.stats.dead_letters += 1

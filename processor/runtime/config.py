@@ -58,6 +58,12 @@ class ProcessorConfig(BaseModel):
     guarantee: Literal["at_least_once_dedup", "exactly_once"] = "at_least_once_dedup"
     ordering: Literal["partition", "global"] = "partition"
     available_now: bool = False
+    available_now_timeout_ms: int = Field(
+        120000, ge=0, description="--available-now fails when no partition is assigned this long; 0 = wait forever"
+    )
+    unassigned_warn_ms: int = Field(
+        30000, ge=0, description="warn (logs, status, metric) when this instance holds no partition this long"
+    )
     output_partitions: int = Field(0, ge=0, description="partitions of created output topics; 0 = same as raw")
     tombstones: bool = Field(False, description="write a null-value record after each delete (compacted topics)")
     include_users: frozenset[str] = frozenset()

@@ -14,43 +14,30 @@ import heapq
 import time
 
 import structlog
-from confluent_kafka import Consumer, TopicPartition
 
 from processor.core import events as ev
 from processor.core.txn import COMMITTED
-from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.kafka.client_config import KafkaClientConfig
+from processor.kafka.read import read_to_end
 
 log = structlog.get_logger(__name__)
 
 
-def _read_all(bootstrap: str, topic: str, timeout_s: float = 300.0):
+def _read_all(client: KafkaClientConfig | str, topic: str, timeout_s: float = 300.0):
     """Every record value of a topic up to its true end (nothing if the topic does not exist)."""
     try:
-        ends = {p: e for p, e in end_offsets(bootstrap, topic, group="txbuffer-index-rebuild").items() if e > 0}
+        for msg in read_to_end(client, topic, "txbuffer-index-rebuild", timeout_s):
+            yield msg.value()
     except LookupError:
         return
-    if not ends:
-        return
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txbuffer-index-rebuild", **CONSUMER_DEFAULTS})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        deadline = time.monotonic() + timeout_s
-        while ends:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {topic} to its end: {ends}")
-            for msg in consumer.consume(5000, 0.5):
-                if msg.error() is not None:
-                    continue
-                p = msg.partition()
-                if p in ends and msg.offset() + 1 >= ends[p]:
-                    del ends[p]
-                yield msg.value()
-    finally:
-        consumer.close()
 
 
 def completed_from_records(
-    bootstrap: str, transactions_topic: str, outcomes_topic: str, starts: dict[int, int], keep_below: int = 0
+    bootstrap: KafkaClientConfig | str,
+    transactions_topic: str,
+    outcomes_topic: str,
+    starts: dict[int, int],
+    keep_below: int = 0,
 ) -> dict[int, list[tuple[str, int, str]]]:
     """{raw partition: [(xid, offset, outcome)]} in offset order: every finished transaction at or
     above starts[partition], plus the newest keep_below below it."""

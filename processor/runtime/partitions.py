@@ -1,18 +1,27 @@
 """A raw partition's life on this instance: assigned -> restoring -> running -> revoking -> closed.
 
 Restoring decides whether the local store can be trusted or the partition is rebuilt from the
-committed low watermark (the raw topic is the source of truth; the store is a cache).
+committed low watermark (the raw topic is the source of truth; the store is a cache). Partitions
+(the rebalance listener) owns the partitions this instance holds and drives each through its life.
 """
 
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
 from processor.core.engine import Filters, PartitionEngine
 from processor.core.store import Store
+from processor.kafka.end_offsets import end_offsets
+from processor.runtime.dispatch import Dispatcher
+from processor.runtime.index_rebuild import completed_from_records
+from processor.runtime.lost_state import below_log_start, beyond_log_end, handle_lost_state
 
 log = structlog.get_logger(__name__)
 
@@ -86,3 +95,192 @@ def restore_partition(
     engine = PartitionEngine(partition, store, filters, min_completed)
     engine.next_offset = start
     return Restored(engine, start, source)
+
+
+class Partitions:
+    """The partitions this instance holds, and the consumer group's rebalance callbacks."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        client: Any,
+        store: Store,
+        filters: Filters,
+        dispatcher: Dispatcher,
+        delivery: Any,
+        offsets: Any,
+        metrics: Any = None,
+    ):
+        self.cfg, self.client, self.store, self.filters = cfg, client, store, filters
+        self.dispatcher, self.delivery, self.offsets, self.metrics = dispatcher, delivery, offsets, metrics
+        self.held: dict[int, PartitionState] = {}
+        self.to_resume: list[int] = []
+        self.restores: dict[int, str] = {}
+        self.lost_events = 0
+        self.closing = False
+        self.last_rebalance = time.monotonic()
+        self.on_change: Callable[[], None] = lambda: None  # told after every assignment change
+
+    def engines(self) -> list[PartitionEngine]:
+        return [state.engine for state in self.held.values() if state.engine is not None]
+
+    # ------------------------------------------------------------------ assign
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.last_rebalance = time.monotonic()
+        if self.closing:
+            return  # leaving the group: take nothing on
+        # A hung broker (seen: a 30 s SIGSTOP) times out the look-ups below; retry rather than exit.
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                staged = self._restore(consumer, partitions)
+                break
+            except (KafkaException, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("partition.assign_retry", partitions=[tp.partition for tp in partitions], error=str(exc))
+                time.sleep(1.0)
+        for state, source in staged.values():
+            self.held[state.partition] = state
+            self.restores[state.partition] = source
+            self.to_resume.append(state.partition)
+        consumer.incremental_assign(
+            [TopicPartition(self.cfg.raw_topic, p, state.engine.next_offset) for p, (state, _) in staged.items()]
+        )
+        self.on_change()
+
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict:
+        """{partition: (state, source)} with engines restored or rebuilt; nothing is taken on until all are."""
+        cfg = self.cfg
+        committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
+        staged = {}
+        rebuild: dict[int, tuple[PartitionEngine, int]] = {}
+        for tp in partitions:
+            p = tp.partition
+            state = PartitionState(p)
+            state.move(Phase.RESTORING)
+            low, listed_end = consumer.get_watermark_offsets(TopicPartition(cfg.raw_topic, p), timeout=10)
+            c = committed.get(p)
+            c = None if c is None or c < 0 or c == OFFSET_INVALID else c
+            restored = restore_partition(
+                p,
+                self.store,
+                self.filters,
+                cfg.completed_index_min_entries,
+                c,
+                low,
+                trust_local=self.delivery.trusts_local_store,
+            )
+            engine, start = restored.engine, restored.start_offset
+            if start < low:
+                engine = self._lost_state(p, start, low, below_log_start(p, start, low), lost=low - start)
+                start = low
+            elif start > listed_end:
+                end = end_offsets(self.client, cfg.raw_topic).get(p, 0)
+                if start > end:  # the topic was recreated or truncated under us: our position does not exist
+                    engine = self._lost_state(p, start, low, beyond_log_end(p, start, end), lost=start - end)
+                    start = low
+            if engine is not restored.engine or restored.source != "local":
+                rebuild[p] = (engine, start)
+            engine.next_offset = start
+            state.engine = engine
+            staged[p] = (state, restored.source)
+            log.info(
+                "partition.assigned",
+                partition=p,
+                source=restored.source,
+                start_offset=start,
+                committed=c,
+                open_txns=len(restored.engine.open),
+                pending=len(restored.engine.pending),
+            )
+        if rebuild:
+            found = completed_from_records(
+                self.client,
+                cfg.transactions_topic,
+                cfg.outcomes_topic,
+                {p: start for p, (_, start) in rebuild.items()},
+                keep_below=cfg.completed_index_min_entries,
+            )
+            for p, (engine, _) in rebuild.items():
+                for xid, offset, outcome in found[p]:
+                    engine.mark_completed(xid, offset, outcome)
+        return staged
+
+    def _lost_state(self, partition: int, start: int, log_start: int, reason: str, lost: int) -> PartitionEngine:
+        engine = handle_lost_state(
+            self.cfg,
+            self.dispatcher.sink,
+            self.delivery.standalone,
+            self.store,
+            self.filters,
+            partition,
+            start,
+            log_start,
+            reason,
+            lost,
+            self.metrics,
+        )
+        self.lost_events += lost
+        return engine
+
+    def resume_pending(self) -> None:
+        """Newly held partitions start running: what a previous run committed but did not finish goes
+        out first (commit order), before anything this batch commits."""
+        while self.to_resume:
+            state = self.held.get(self.to_resume.pop())
+            if state is None:
+                continue
+            state.move(Phase.RUNNING)
+            self.dispatcher.resume(state.engine)
+
+    # ------------------------------------------------------------------ revoke / lost
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.last_rebalance = time.monotonic()
+        revoked = [tp.partition for tp in partitions if tp.partition in self.held]
+        for p in revoked:
+            self.held[p].move(Phase.REVOKING)
+        # Finish what is in flight, so the committed low watermark is as far as it can be.
+        self.dispatcher.drain(timeout_s=30)
+        offsets = []
+        for p in revoked:
+            state = self.held.pop(p)
+            state.engine.checkpoint()
+            offsets.append(TopicPartition(self.cfg.raw_topic, p, state.engine.low_watermark()))
+            self.dispatcher.drop_partition(state.engine)
+            state.move(Phase.CLOSED)
+            log.info("partition.revoked", partition=p, low_watermark=offsets[-1].offset)
+        if offsets and self.offsets.outputs_durable():
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as exc:  # the group may already have moved on; the store still has it
+                log.warning("partition.revoke_commit_failed", error=str(exc))
+        elif offsets:
+            # Outcome records or dead letters are not acknowledged yet (e.g. the broker is hung):
+            # the next owner re-reads from the older watermark rather than past unrecorded outcomes.
+            log.warning(
+                "partition.revoke_commit_skipped",
+                unacked_outcomes=self.dispatcher.sink.outcomes_unacked,
+                unacked_dead_letters=self.dispatcher.sink.dlq_unacked,
+            )
+        consumer.incremental_unassign(partitions)
+        self.on_change()
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.last_rebalance = time.monotonic()
+        for tp in partitions:
+            state = self.held.pop(tp.partition, None)
+            if state is not None:
+                self.dispatcher.drop_partition(state.engine)
+                log.warning("partition.lost", partition=tp.partition)
+        consumer.incremental_unassign(partitions)
+        self.on_change()
+
+    def checkpoint_all(self) -> None:
+        for state in self.held.values():
+            state.engine.checkpoint()
+
+    def low_watermarks(self) -> dict[int, int]:
+        return {p: state.engine.low_watermark() for p, state in self.held.items()}

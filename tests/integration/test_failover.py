@@ -159,7 +159,7 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
 _LAUNCHER = r"""
 import os, sys
 from confluent_kafka import Consumer
-import processor.runtime.runner as runner
+import processor.kafka.client_config as client_config
 
 FAKE, RAW = int(os.environ["FAKE_LOG_START"]), os.environ["FAKE_LOG_START_TOPIC"]
 
@@ -170,7 +170,7 @@ class ReportsDeletedLog(Consumer):
             return FAKE, max(low_high[1], FAKE)
         return low_high
 
-runner.Consumer = ReportsDeletedLog
+client_config.Consumer = ReportsDeletedLog
 from processor.cli.app import main
 sys.exit(main(sys.argv[1:]))
 """

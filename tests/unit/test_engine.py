@@ -6,7 +6,8 @@ import pytest
 
 from processor.core import events as ev
 from processor.core import keys
-from processor.core.engine import Filters
+from processor.core.engine import DeadLetter, Filters, Finished, PartitionEngine
+from processor.core.txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK
 
 from ..enginekit import R, dele, ins, make_store, new_run, upd
 
@@ -446,11 +447,39 @@ def test_completed_index_is_pruned_below_the_low_watermark(store):
 def test_abandoned_transaction_is_dropped_and_its_late_commit_reported(store):
     run = new_run(store)
     run.feed(ins("old", 1, 1, ts_ms=1_000), ins("new", 1, 2, ts_ms=50_000))
-    assert [t.xid for t in run.engine.too_old(10_000)] == ["old"]
-    run.engine.abandon("old", run.offset - 1)
+    actions = run.engine.abandon_older_than(10_000)
+    dead, finished = actions
+    assert isinstance(dead, DeadLetter) and "abandoned: transaction old" in dead.reason and dead.offset == 0
+    assert finished == Finished(0, "old", 1, ABANDONED) and finished.needs_record
     run.engine.checkpoint()
     assert run.engine.low_watermark() == 1  # no longer held back by "old"
     run.feed(R("old", ev.COMMIT, 2), R("new", ev.COMMIT, 2))
     assert [c["source"]["xid"] for c in run.changes] == ["new"]
     assert "abandoned" in run.dead[-1].reason and run.dead[-1].offset == 2
     assert run.engine.stats.abandoned == 1
+
+
+def test_every_end_of_a_transaction_is_a_finished_action(store):
+    """Outcomes come back as actions: rolled back, filtered (no output, so needs_record) and
+    committed (recorded by its END, once the outputs are acknowledged)."""
+    engine = PartitionEngine(0, store, Filters(exclude_users=frozenset({"batch"})))
+
+    def apply(offset, e):
+        return engine.apply(offset, e["xid"].encode(), ev.encode_raw(e))
+
+    assert apply(0, ins("r", 1, 1)) == []
+    assert apply(1, R("r", ev.ROLLBACK, 2)) == [Finished(0, "r", 1, ROLLED_BACK)]
+    assert apply(2, R("u", ev.ROLLBACK, 1)) == [Finished(0, "u", 2, ROLLED_BACK)]  # never seen open
+    assert apply(3, ins("f", 1, 2, user="batch")) == []
+    assert apply(4, R("f", ev.COMMIT, 2)) == [Finished(0, "f", 4, FILTERED)]
+    assert apply(5, ins("c", 1, 3)) == []
+    (committed,) = apply(6, R("c", ev.COMMIT, 2))
+    engine.flush_data()
+    finished = engine.acknowledged(committed.txn)
+    assert finished == Finished(0, "c", 6, COMMITTED) and not finished.needs_record
+    assert {xid: o for xid, (_, o) in engine.completed.items()} == {
+        "r": ROLLED_BACK,
+        "u": ROLLED_BACK,
+        "f": FILTERED,
+        "c": COMMITTED,
+    }

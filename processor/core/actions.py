@@ -1,0 +1,53 @@
+"""What the engine decides and the runtime does: the actions PartitionEngine returns.
+
+The engine never touches Kafka, disk or clocks; it returns these and the runtime turns them into
+I/O. A transaction's end is an action too (Finished), so the runtime learns every outcome from
+return values, never from state it has to poll.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from processor.core.txn import COMMITTED, Txn
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Send this raw record to the DLQ with the reason; the input never stops on it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """This transaction committed: release its changes (BEGIN, changes, END) to the outputs."""
+
+    txn: Txn
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """This transaction is done and entered the completed-transaction index.
+
+    `outcome` is committed, rolled back, filtered or abandoned; `offset` is where it finished.
+    Committed ones are recorded by their END record; the others emit nothing, so the runtime
+    publishes an outcome record (needs_record), and the low watermark may pass the transaction's
+    events only once that record is durable: a rebuild on an empty disk reads it to drop the tail.
+    """
+
+    partition: int
+    xid: str
+    offset: int
+    outcome: str
+
+    @property
+    def needs_record(self) -> bool:
+        return self.outcome != COMMITTED
+
+
+Action = DeadLetter | Committed | Finished

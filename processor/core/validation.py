@@ -1,0 +1,43 @@
+"""Why a RawEvent that decoded is still unusable: the checks before the engine acts on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from processor.core import events as ev
+
+
+def validate(e: dict[str, Any]) -> str | None:
+    """Why an event that decoded is still unusable, or None."""
+    op = e["op"]
+    if e["seq"] < 0:
+        return f"negative seq {e['seq']}"
+    if op != ev.HEARTBEAT and not e["xid"]:
+        return f"{op} without xid"
+    if e["undo"] and op in ev.CHANGE_OPS:  # an undo flag on any other op changes nothing: check it as usual
+        if not e["row_id"]:
+            return "undo row without row_id"
+        return None
+    if op in ev.ROW_OPS:
+        if not e["table"]:
+            return f"{op} without table"
+        if not e["key"]:
+            return f"{op} without key"
+    elif op == ev.TRUNCATE and not e["table"]:
+        return "TRUNCATE without table"
+    elif op == ev.DDL and not e["ddl"]:
+        return "DDL without ddl text"
+    elif op in ev.FRAGMENT_OPS:
+        if not e["lob_column"]:
+            return f"{op} without lob_column"
+        if not e["row_id"] and not (e["table"] and e["key"]):
+            return f"{op} without row_id or table and key"
+        if op == ev.LOB_TRIM and e["lob_length"] is None:
+            return "LOB_TRIM without lob_length"
+        if op == ev.LOB_ERASE and (e["lob_length"] is None or e["lob_offset"] is None):
+            return "LOB_ERASE without lob_offset and lob_length"
+    elif op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT) and not e["savepoint"]:
+        return f"{op} without savepoint name"
+    elif op == ev.SUBTXN_ABORT and not e["subxid"]:
+        return "SUBTXN_ABORT without subxid"
+    return None

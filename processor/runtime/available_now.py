@@ -1,0 +1,60 @@
+"""--available-now: process what exists in the raw topic at start, then stop (like Spark's trigger).
+
+Done when every partition this instance holds reached its end offset of the start, nothing is in
+flight, and every other partition is either committed at its target by another member or the group
+has been stable long enough that no dead member still holds it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from processor.kafka.client_config import CONSUMER_DEFAULTS
+from processor.kafka.end_offsets import end_offsets
+from processor.runtime.dispatch import Dispatcher
+from processor.runtime.partitions import Partitions
+
+log = structlog.get_logger(__name__)
+
+
+class AvailableNow:
+    def __init__(self, client: Any, topic: str, consumer: Consumer, partitions: Partitions, dispatcher: Dispatcher):
+        self.topic, self.consumer, self.partitions, self.dispatcher = topic, consumer, partitions, dispatcher
+        self.targets: dict[int, int] = end_offsets(client, topic)
+        log.info("run.available_now", targets=self.targets)
+        # A dead member keeps its partitions until its session times out and the group rebalances:
+        # without proof those partitions are done, wait well past it.
+        self.settle_s = 3 * CONSUMER_DEFAULTS["session.timeout.ms"] / 1000 + 2
+        self._last_elsewhere_check = 0.0
+
+    def reached(self) -> bool:
+        held = self.partitions.held
+        if not held or self.partitions.to_resume:
+            return False
+        if not all(state.engine.next_offset >= self.targets.get(p, 0) for p, state in held.items()):
+            return False
+        self.dispatcher.release_all_held()
+        if self.dispatcher.emitter.queue:
+            return False
+        others = {p: end for p, end in self.targets.items() if p not in held}
+        return (
+            not others
+            or self._finished_elsewhere(others)
+            or time.monotonic() - self.partitions.last_rebalance > self.settle_s
+        )
+
+    def _finished_elsewhere(self, targets: dict[int, int]) -> bool:
+        """Every partition this instance does not hold has a committed low watermark at its target."""
+        now = time.monotonic()
+        if now - self._last_elsewhere_check < 1.0:
+            return False
+        self._last_elsewhere_check = now
+        try:
+            committed = self.consumer.committed([TopicPartition(self.topic, p) for p in targets], timeout=5)
+        except KafkaException:
+            return False
+        return all(tp.offset >= targets[tp.partition] for tp in committed)
