@@ -95,6 +95,16 @@ class Metrics:
             registry=r,
         )
         self.broker_contact_age.set_function(broker_contact.age_s)
+        self.unassigned = Gauge(
+            f"{NS}_unassigned_seconds",
+            "seconds this instance has held no raw partition (0 while it holds one); > unassigned_warn_ms warns",
+            registry=r,
+        )
+        self.unassigned_warning = Gauge(
+            f"{NS}_unassigned_warning",
+            "1 when this instance has held no partition longer than unassigned_warn_ms",
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._seen_stats: dict[str, dict[str, int]] = {}
         self._seen_emitted = {"changes_emitted": 0, "transactions_emitted": 0}
@@ -142,6 +152,9 @@ class Metrics:
                 self.oldest_held_age.set(snapshot["oldest_held_age_ms"] / 1000)
             elif "held_txns" in snapshot:
                 self.oldest_held_age.set(0)
+            if "unassigned_s" in snapshot:
+                self.unassigned.set(snapshot["unassigned_s"])
+                self.unassigned_warning.set(snapshot.get("unassigned_warning", 0))
             self.last_update.set(time.time())
 
     def _partition(self, p: str, fig: dict) -> None:

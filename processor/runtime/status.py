@@ -78,6 +78,7 @@ _TOTALS = {  # sample name -> totals key (summed over partitions where labelled)
     "txbuffer_held_transactions": "held_txns",
     "txbuffer_oldest_held_age_seconds": "oldest_held_age_s",
     "txbuffer_broker_contact_age_seconds": "broker_contact_age_s",
+    "txbuffer_unassigned_seconds": "unassigned_s",
     "process_resident_memory_bytes": "rss_bytes",
 }
 
@@ -256,6 +257,11 @@ def render(status: Status) -> str:
         out.append("(no partitions)")
     out.append("")
     out.append("totals: " + "  ".join(f"{k}={_total(k, v)}" for k, v in status.totals.items()))
+    if not status.partitions and status.totals.get("unassigned_s"):
+        out.append(
+            f"WARNING: this instance has held no partition for {_age(status.totals['unassigned_s'])} "
+            "(group coordinator unreachable, a stuck rebalance, or other members hold every partition)"
+        )
     return "\n".join(out)
 
 
@@ -268,7 +274,7 @@ def _total(key: str, value) -> str:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
+    if seconds is None or seconds != seconds:  # NaN: never measured (no broker round-trip yet)
         return "-"
     if seconds < 60:
         return f"{seconds:.1f}s"
