@@ -101,10 +101,19 @@ def ensure_topics(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         md = admin.metadata(timeout_s=timeout_s).topics
-        if all(name in md and (name not in created or len(md[name].partitions) == created[name]) for name in topics):
+        if all(_ready(md.get(name), created.get(name)) for name in topics):
             return
         time.sleep(0.1)
     raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(topics)}")
+
+
+def _ready(meta: Any, partitions: int | None) -> bool:
+    """Visible, with the partitions asked for (when created here) and a leader for each."""
+    if meta is None or meta.error is not None:
+        return False
+    if partitions is not None and len(meta.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 for p in meta.partitions.values())
 
 
 def topic_configs(client: KafkaClientConfig | str, topic: str, timeout_s: float = 10.0) -> dict[str, Any]:

@@ -6,15 +6,26 @@ true end. One AdminClient request covers every partition asked for.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from processor.kafka.admin import Admin
 from processor.kafka.client_config import KafkaClientConfig
 
 TopicPartitionId = tuple[str, int]
+# A just-created partition answers these until its leader is elected and known to the client.
+_LEADERSHIP = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+def _transient(error: KafkaError) -> bool:
+    return error.retriable() or error.code() in _LEADERSHIP
 
 
 def list_offsets(
@@ -24,16 +35,31 @@ def list_offsets(
     timeout_s: float = 10.0,
     read_committed: bool = False,
 ) -> dict[TopicPartitionId, int]:
-    """`latest`: the end (next offset to be written); `earliest`: the log start."""
+    """`latest`: the end (next offset to be written); `earliest`: the log start.
+
+    Retriable errors (a new partition without a leader yet, a leader moving) are retried until
+    timeout_s; then the last error is raised.
+    """
     spec = {"latest": OffsetSpec.latest, "earliest": OffsetSpec.earliest}[which]()
     wanted = {TopicPartition(topic, p): spec for topic, p in partitions}
-    if not wanted:
-        return {}
     admin = Admin(client)
-    admin.metadata(timeout_s=timeout_s)  # clear errors for a refused or absent broker
+    if wanted:
+        admin.metadata(timeout_s=timeout_s)  # clear errors for a refused or absent broker
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-    futures = admin.admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
-    return {(tp.topic, tp.partition): future.result(timeout_s).offset for tp, future in futures.items()}
+    found: dict[TopicPartitionId, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while wanted:
+        futures = admin.admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = future.result(timeout_s).offset
+                del wanted[tp]
+            except KafkaException as exc:
+                if not _transient(exc.args[0]) or time.monotonic() > deadline:
+                    raise
+        if wanted:
+            time.sleep(0.2)
+    return found
 
 
 def topic_partitions(client: KafkaClientConfig | str, topic: str, timeout_s: float = 10.0) -> list[TopicPartitionId]:
