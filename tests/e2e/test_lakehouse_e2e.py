@@ -33,20 +33,11 @@ from tests.integration.test_postgres_capture import (
     worker,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+# Spark on a shared 2-core machine: micro-batches of a few rows can take minutes.
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(3000)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_CONF = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false"]
-
-
-@pytest.fixture(scope="module")
-def broker():
-    """Apache Kafka: the native Kafka source needs a broker whose ListOffsets is right (Tansu's is not)."""
-    from processor.kafka.embedded import EmbeddedKafka
-    from tests.conftest import BrokerHandle
-
-    with EmbeddedKafka() as kafka:
-        yield BrokerHandle(kafka.bootstrap, "apache-kafka")
 
 
 def capture_and_process(dsn, broker, topics, tmp_path, tag: str, workload) -> None:

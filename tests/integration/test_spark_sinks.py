@@ -16,20 +16,10 @@ from processor.testing.expected import apply_changes
 from processor.testing.lake_checks import compare_state
 from processor.testing.spark_synth import change_event, kafka_record
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+# Spark on a shared 2-core machine: micro-batches of a few rows can take minutes.
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]
 
 TOPIC_PARTITIONS = 3
-
-
-@pytest.fixture(scope="module")
-def broker():
-    """Apache Kafka for the native Kafka source (Tansu under-reports ListOffsets); drop once the
-    session `broker` fixture is Apache Kafka."""
-    from processor.kafka.embedded import EmbeddedKafka
-    from tests.conftest import BrokerHandle
-
-    with EmbeddedKafka() as kafka:
-        yield BrokerHandle(kafka.bootstrap, "apache-kafka")
 
 
 def reference(events: list[dict]) -> dict:

@@ -20,17 +20,6 @@ from processor.testing.spark_synth import change_event, kafka_record
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.fixture(scope="module")
-def broker():
-    """Apache Kafka for the native Kafka source (Tansu under-reports ListOffsets); drop once the
-    session `broker` fixture is Apache Kafka."""
-    from processor.kafka.embedded import EmbeddedKafka
-    from tests.conftest import BrokerHandle
-
-    with EmbeddedKafka() as kafka:
-        yield BrokerHandle(kafka.bootstrap, "apache-kafka")
-
-
 def produce_numbered(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
     records = [(f"k{p}-{i}".encode(), f"v{p}-{i}".encode(), p) for p, n in per_partition.items() for i in range(n)]
     produce_all(make_producer(bootstrap), topic, records)
@@ -188,6 +177,7 @@ def test_spark_reads_the_python_source_with_the_kafka_columns(spark, broker, cha
     assert {r["partition"] for r in got} == {0, 1, 2} and {r["topic"] for r in got} == {changes_topic}
 
 
+@pytest.mark.timeout(1500)
 def test_native_and_python_kafka_paths_land_the_same_delta_tables(spark, broker, changes_topic, tmp_path):
     from processor.spark.job import has_native_kafka, run_job
     from processor.spark.readback import read_changelog, read_state
