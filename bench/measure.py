@@ -99,8 +99,15 @@ class Proc:
 
     MARKERS = ("partition.assigned", "run.available_now_done", "run.done", "progress")
 
-    def __init__(self, module: str, args: list[str], env: dict | None = None, profile: Path | None = None):
-        cmd = [sys.executable, "-m", module, *args]
+    def __init__(
+        self,
+        module: str,
+        args: list[str],
+        env: dict | None = None,
+        profile: Path | None = None,
+        python: str | None = None,
+    ):
+        cmd = [python or sys.executable, "-m", module, *args]
         if profile is not None:
             pyspy = Path(sys.executable).parent / "py-spy"
             cmd = [

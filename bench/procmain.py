@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         "ordering",
         "max_batch",
         "max_hold_ms",
+        "guarantee",
     ):
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
     p.add_argument("--available-now", action="store_true", default=None)

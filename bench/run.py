@@ -21,14 +21,18 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
-from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.embedded import EmbeddedKafka
+from processor.kafka.rawtopic import RawTopicWriter
 
+from . import compare, issue_table, plot
 from . import measure as m
 from . import workloads as wl
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHES = ("ceiling", "steady", "huge", "many_open", "latency", "cold_rebuild", "ordering", "spark")
+BENCHES = (
+    "ceiling", "steady", "steady_eos", "peers", "workers", "huge", "many_open", "latency", "latency_curve",
+    "cold_rebuild", "ordering", "spark",
+)  # fmt: skip
 
 SIZES = {
     "full": {
@@ -72,6 +76,7 @@ class Bench:
         self.workdir = workdir
         self.profile_dir = profile_dir
         self.workloads: dict[str, wl.Workload] = {}
+        self.steady_max: float | None = None
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
 
     # ------------------------------------------------------------------ plumbing
@@ -85,6 +90,7 @@ class Bench:
         state_dir: Path | None = None,
         ordering: str = "partition",
         profile: bool = False,
+        guarantee: str | None = None,
     ) -> m.Proc:
         state_dir = state_dir or Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
         args = [
@@ -107,8 +113,12 @@ class Bench:
         ]
         if available_now:
             args.append("--available-now")
-        # --profile: py-spy records every processor run of the first round (name ends in 0).
-        profile = profile or (self.profile_dir is not None and name.endswith("0"))
+        if guarantee:
+            args += ["--guarantee", guarantee]
+        # --profile: py-spy records the steady and many-open runs of the first round (the others stay unprofiled,
+        # so the comparisons in the same run are not skewed by the sampler).
+        first_round = name in ("steady0", "many0")
+        profile = profile or (self.profile_dir is not None and first_round)
         prof = self.profile_dir / f"{name}.speedscope.json" if (profile and self.profile_dir) else None
         return m.Proc("bench.procmain", args, profile=prof)
 
@@ -140,7 +150,7 @@ class Bench:
     def prepare(self, only: set[str]) -> dict:
         s, out = self.sizes, {}
         t0 = time.monotonic()
-        if only & {"ceiling", "steady"}:
+        if only & {"ceiling", "steady", "steady_eos", "peers", "workers", "latency_curve"}:
             self.workloads["steady"] = wl.write_steady(self.bootstrap, "raw.steady", s["steady"])
         if "huge" in only:
             for n in s["huge"]:
@@ -199,10 +209,10 @@ class Bench:
             "peak_rss_mb": res.peak_rss / 2**20,
         }
 
-    def steady(self, run: int, profile: bool = False) -> dict:
+    def steady(self, run: int, profile: bool = False, guarantee: str | None = None) -> dict:
         w = self.workloads["steady"]
-        name = f"steady{run}"
-        res = self.processor(name, w.topic, f"bench-steady-{run}", profile=profile).wait(3600)
+        name = f"steady{guarantee or ''}{run}"
+        res = self.processor(name, w.topic, f"bench-{name}", profile=profile, guarantee=guarantee).wait(3600)
         self._check(res, "steady")
         t = res.after_join_s()
         ok = res.summary.get("committed") == w.committed and res.summary.get("rolled_back") == w.rolled_back
@@ -216,7 +226,22 @@ class Bench:
             "peak_rss_mb": res.peak_rss / 2**20,
             "outputs_complete": ok,
             "changes_emitted": res.summary.get("changes_emitted"),
+            "expected_changes": w.committed_changes,
         }
+
+    def steady_eos(self, run: int) -> dict:
+        return self.steady(run, guarantee="exactly_once")
+
+    def peers(self, run: int) -> dict:
+        return compare.peers(self, run)
+
+    def workers(self, run: int) -> dict:
+        return compare.workers(self, run)
+
+    def latency_curve(self, run: int) -> dict:
+        # The steady maximum of this run; measured here when steady was not asked for.
+        steady_max = self.steady_max or self.steady(run)["events_per_s"]
+        return compare.latency_curve(self, run, steady_max)
 
     def huge(self, run: int) -> dict:
         out = {}
@@ -657,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.monotonic()
                     if b == "steady":
                         r = bench.steady(run, profile=args.profile and run == 0)
+                        bench.steady_max = r["events_per_s"]
                     else:
                         r = getattr(bench, b)(run)
                     results[b].append(r)
@@ -681,9 +707,18 @@ def main(argv: list[str] | None = None) -> int:
     for name, c in report["checks"].items():
         print(f"  [{'PASS' if c['pass'] else 'FAIL'}] {name}: {c['value']} ({c['margin']})")
     report["table"] = text
+    report["ratios"] = issue_table.ratios(med)
+    report["issue_table"] = issue_table.render(issue_table.rows(med))
+    print("\n" + report["issue_table"])
     out = Path(args.out) if args.out else RESULTS / f"{stamp}.json"
     out.write_text(json.dumps(report, indent=2, default=str))
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str))
+    try:
+        png = plot.render(report, out.with_suffix(".png"))
+        shutil.copyfile(png, RESULTS / "latest.png")
+        print(f"wrote {png}")
+    except Exception as exc:  # matplotlib is in the bench extra; the JSON stands without it
+        print(f"no PNG: {type(exc).__name__}: {exc}")
     print(f"\nwrote {out} and {RESULTS / 'latest.json'} ({report['seconds']:.0f}s)")
     return 0
 

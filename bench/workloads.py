@@ -30,6 +30,7 @@ class Workload:
     partitions: int
     events: int = 0
     changes: int = 0
+    committed_changes: int = 0  # changes of committed transactions: what every buffer must emit
     committed: int = 0
     rolled_back: int = 0
     open_at_end: int = 0
@@ -179,9 +180,16 @@ def write_steady(
     writer = _writer(bootstrap, topic, partitions)
     w = Workload(topic, writer.partitions)
     src = SmallTxns("st-", seed, open_txns, avg, rollback_rate, xid_filter=xid_filter)
+    pending: dict[str, int] = {}
     for xid, value, kind in src.events(lambda: w.events >= n_events):
         writer.write_encoded(xid, value)
         _count(w, kind, len(value))
+        if kind == "change":
+            pending[xid] = pending.get(xid, 0) + 1
+        elif kind == "commit":
+            w.committed_changes += pending.pop(xid, 0)
+        elif kind == "rollback":
+            pending.pop(xid, None)
     return _finish(w, writer, started)
 
 

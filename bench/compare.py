@@ -1,0 +1,264 @@
+"""The benchmarks that compare txbuffer with something else on the same input.
+
+* peers: the Quix Streams and the rocksdict buffer (bench/peers/) on the steady workload; their
+  outputs are read back and must hold exactly the changes of the committed transactions.
+* latency_curve: commit-to-emit p50/p99 at 10/25/50/80% of this run's steady maximum, for the
+  processor and for a plain passthrough (bench.echo) at the same offered rates. Output topics are
+  created with LogAppendTime, so "emitted" is the broker's append time for both.
+* workers: the steady workload with 1 and 2 processor processes in one consumer group.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from processor.core import events as ev
+from processor.kafka.admin import ensure_topics
+from processor.kafka.rawtopic import RawTopicWriter
+
+from . import measure as m
+from . import workloads as wl
+
+ROOT = Path(__file__).resolve().parent.parent
+# quixstreams pins confluent-kafka < 2.13, older than the project's: the peer gets its own virtualenv.
+QUIX_VENV = Path(os.environ.get("TXBUFFER_QUIX_VENV", Path.home() / ".cache" / "txbuffer" / "quix-venv"))
+QUIX_PYTHON = QUIX_VENV / "bin" / "python"
+QUIX_REQUIREMENT = "quixstreams>=3.20,<4"
+LOAD_LEVELS = (0.10, 0.25, 0.50, 0.80)
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
+
+def _peer_result(bench, name: str, res: m.ProcResult, w: wl.Workload) -> dict:
+    out = m.read_topic(bench.bootstrap, f"out.{name}")
+    xids = {r[2] for r in out}
+    t = res.after_join_s()
+    ok = len(out) == w.committed_changes and len(xids) <= w.committed
+    bench.drop_outputs(name)
+    return {
+        "events": w.events,
+        "after_join_s": t,
+        "events_per_s": w.events / t if t else None,
+        "wall_s": res.wall_s,
+        "peak_rss_mb": res.peak_rss / 2**20,
+        "outputs": len(out),
+        "expected_outputs": w.committed_changes,
+        "outputs_complete": ok,
+        "rc": res.rc,
+        "log_tail": [] if res.rc == 0 else res.log_tail[-5:],
+    }
+
+
+def ensure_quix_venv() -> str | None:
+    """Create the Quix Streams virtualenv once (pip, the ordinary client); None when ready, else why not."""
+    if QUIX_PYTHON.exists():
+        return None
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(QUIX_VENV)], check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(QUIX_PYTHON), "install", "-q", QUIX_REQUIREMENT],
+            check=True,
+            timeout=900,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"could not create {QUIX_VENV}: {exc}"
+    return None
+
+
+def peers(bench, run: int) -> dict:
+    w = bench.workloads["steady"]
+    out = {}
+    name = f"peer-rocksdict{run}"
+    state = tempfile.mkdtemp(prefix=f"{name}-", dir=bench.workdir)
+    res = m.Proc(
+        "bench.peers.rocksdict_buffer",
+        ["--bootstrap", bench.bootstrap, "--raw-topic", w.topic, "--out-topic", f"out.{name}"]
+        + ["--group", f"bench-{name}", "--state-dir", state],
+    ).wait(3600)
+    out["rocksdict"] = _peer_result(bench, name, res, w)
+    out["rocksdict"]["state_bytes_per_event"] = None  # deleted on commit: nothing stays buffered
+    missing = ensure_quix_venv()
+    if missing:
+        out["quix"] = {"status": "n/a", "reason": missing}
+        return out
+    name = f"peer-quix{run}"
+    state = tempfile.mkdtemp(prefix=f"{name}-", dir=bench.workdir)
+    res = m.Proc(
+        "bench.peers.quix_buffer",
+        ["--bootstrap", bench.bootstrap, "--raw-topic", w.topic, "--out-topic", f"out.{name}"]
+        + ["--group", f"bench-{name}", "--state-dir", state, "--expect", str(w.committed_changes)],
+        python=str(QUIX_PYTHON),
+    ).wait(3600)
+    out["quix"] = _peer_result(bench, name, res, w)
+    return out
+
+
+# ---------------------------------------------------------------------- latency
+
+
+def _paced(bench, name: str, rate: float, seconds: float, proc_factory) -> dict:
+    """Write small transactions at `rate` events/s into a fresh raw topic while `proc_factory(raw)`
+    runs; returns per-XID COMMIT produce instants (ms) and the achieved rate."""
+    raw = f"raw.{name}"
+    writer = RawTopicWriter(bench.bootstrap, raw, partitions=4)
+    src = wl.SmallTxns(f"{name}-", 100)
+    n_total = max(200, int(rate * seconds))
+    evs: list = []
+    for item in src.events(lambda: len(evs) >= n_total):
+        evs.append(item)
+    proc = proc_factory(raw)
+    proc.wait_marker("partition.assigned", 120)
+    time.sleep(1.0)
+    commit_ms: dict[str, float] = {}
+    t0 = time.monotonic()
+    i, n, last_hb = 0, len(evs), t0
+    while i < n:
+        now = time.monotonic()
+        due = min(n, int((now - t0) * rate) + 1)
+        while i < due:
+            xid, value, kind = evs[i]
+            writer.write_encoded(xid, value)
+            if kind == "commit":
+                commit_ms[xid] = time.time() * 1000
+            i += 1
+        if now - last_hb >= 0.1:
+            writer.heartbeat(src.enc.scn, ts_ms=int(time.time() * 1000))
+            last_hb = now
+        writer.producer.poll(0)
+        time.sleep(0.0005)
+    offered_s = time.monotonic() - t0
+    writer.heartbeat(src.enc.scn + 1, ts_ms=int(time.time() * 1000))
+    writer.flush(60)
+    return {"proc": proc, "commit_ms": commit_ms, "achieved_rate": n / offered_s, "events": n}
+
+
+def _stats(lat: list[float], rate: float, paced: dict, res: m.ProcResult) -> dict:
+    return {
+        "offered_rate": round(rate),
+        "achieved_rate": paced["achieved_rate"],
+        "commits": len(paced["commit_ms"]),
+        "ended": len(lat),
+        "p50_ms": m.percentile(lat, 0.5),
+        "p99_ms": m.percentile(lat, 0.99),
+        "max_ms": max(lat) if lat else None,
+        "peak_rss_mb": res.peak_rss / 2**20,
+    }
+
+
+def processor_latency(bench, tag: str, rate: float, seconds: float) -> dict:
+    name = tag
+
+    def start(raw: str) -> m.Proc:
+        ensure_topics(bench.bootstrap, {f"out.{name}.changes": 4, f"out.{name}.transactions": 4}, config=APPEND_TIME)
+        return bench.processor(name, raw, f"bench-{name}", available_now=False)
+
+    paced = _paced(bench, name, rate, seconds, start)
+    ends: dict[str, int] = {}
+    deadline = time.monotonic() + max(60.0, 4 * seconds)
+    while time.monotonic() < deadline:
+        ends = {r["id"]: ts for r, ts in bench.tx_records(name) if r["status"] == "END"}
+        if len(ends) >= len(paced["commit_ms"]):
+            break
+        time.sleep(1)
+    paced["proc"].stop()
+    res = paced["proc"].wait(120)
+    bench.drop_outputs(name)
+    lat = [ends[x] - c for x, c in paced["commit_ms"].items() if x in ends]
+    return _stats(lat, rate, paced, res)
+
+
+def passthrough_latency(bench, tag: str, rate: float, seconds: float, consume_timeout: float = 0.1) -> dict:
+    name = tag
+
+    def start(raw: str) -> m.Proc:
+        ensure_topics(bench.bootstrap, {f"out.{name}": 4}, config=APPEND_TIME)
+        return m.Proc(
+            "bench.echo",
+            ["--bootstrap", bench.bootstrap, "--raw-topic", raw, "--out-topic", f"out.{name}", "--group", f"b-{name}"]
+            + ["--consume-timeout", str(consume_timeout)],
+        )
+
+    paced = _paced(bench, name, rate, seconds, start)
+    seen: dict[str, int] = {}
+    deadline = time.monotonic() + max(60.0, 4 * seconds)
+    while time.monotonic() < deadline:
+        seen = {}
+        for _, _, _, value, ts in m.read_topic(bench.bootstrap, f"out.{name}"):
+            e = ev.decode_raw(value)
+            if e["op"] == ev.COMMIT:
+                seen[e["xid"]] = ts
+        if len(seen) >= len(paced["commit_ms"]):
+            break
+        time.sleep(1)
+    paced["proc"].stop()
+    res = paced["proc"].wait(60)
+    bench.drop_outputs(name)
+    lat = [seen[x] - c for x, c in paced["commit_ms"].items() if x in seen]
+    return _stats(lat, rate, paced, res)
+
+
+def latency_curve(bench, run: int, steady_max: float) -> dict:
+    seconds = bench.sizes["lat_seconds"]
+    out: dict = {"steady_max": steady_max, "levels": {}}
+    for level in LOAD_LEVELS:
+        rate = steady_max * level
+        key = f"{round(level * 100)}"
+        out["levels"][key] = {
+            "processor": processor_latency(bench, f"lat{key}-{run}", rate, seconds),
+            "passthrough": passthrough_latency(bench, f"echo{key}-{run}", rate, seconds),
+        }
+        lv = out["levels"][key]
+        print(
+            f"    load {key}% ({rate:,.0f} ev/s): processor p50/p99 "
+            f"{_ms(lv['processor']['p50_ms'])}/{_ms(lv['processor']['p99_ms'])} ms, passthrough "
+            f"{_ms(lv['passthrough']['p50_ms'])}/{_ms(lv['passthrough']['p99_ms'])} ms",
+            flush=True,
+        )
+    # Where the floor comes from: the same passthrough at the lowest rate, with consume() waiting 5 ms
+    # instead of 100 ms for a full batch of max_batch records.
+    rate = steady_max * LOAD_LEVELS[0]
+    out["floor_probe"] = {
+        "rate": rate,
+        "passthrough_consume_100ms": out["levels"]["10"]["passthrough"],
+        "passthrough_consume_5ms": passthrough_latency(bench, f"echo-fast-{run}", rate, seconds, 0.005),
+    }
+    return out
+
+
+def _ms(v) -> str:
+    return "n/a" if v is None else f"{v:.0f}"
+
+
+# ---------------------------------------------------------------------- scale
+
+
+def workers(bench, run: int, counts: tuple[int, ...] = (1, 2)) -> dict:
+    """Processor processes sharing one consumer group on the steady workload: from the first
+    assignment to the last member done."""
+    w = bench.workloads["steady"]
+    out = {}
+    for n in counts:
+        name = f"workers{n}-{run}"
+        procs = [bench.processor(f"{name}", w.topic, f"bench-{name}") for _ in range(n)]
+        results = [p.wait(3600) for p in procs]
+        for r in results:
+            bench._check(r, f"workers {n}")
+        start = min(r.first("partition.assigned") for r in results)
+        done = max(r.first("run.available_now_done") for r in results)
+        events = sum(r.summary.get("events") or 0 for r in results)
+        bench.drop_outputs(name)
+        out[str(n)] = {
+            "workers": n,
+            "events": events,
+            "expected_events": w.events,
+            "seconds": done - start,
+            "events_per_s": w.events / (done - start),
+            "peak_rss_mb_sum": sum(r.peak_rss for r in results) / 2**20,
+        }
+    if "1" in out and "2" in out:
+        out["speedup_2_vs_1"] = out["2"]["events_per_s"] / out["1"]["events_per_s"]
+    return out
