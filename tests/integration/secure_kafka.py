@@ -11,8 +11,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.embedded import EmbeddedKafka, Listener
 
@@ -154,20 +152,3 @@ def grant_documented_acls(broker: EmbeddedKafka, prefix: str = "txbuffer") -> No
     ]
     for future in admin.create_acls(bindings, request_timeout=30).values():
         future.result(30)
-
-
-def runner_uses_client_config() -> bool:
-    """True once the processor's Runner builds its clients from cfg.kafka_client() (security
-    properties, the oversized policy); until then the tests that need it are skipped, not failed."""
-    import inspect
-
-    from processor.runtime import runner
-
-    return "kafka_client()" in inspect.getsource(runner)
-
-
-needs_runner_client_config = pytest.mark.skipif(
-    not runner_uses_client_config(),
-    reason="processor.runtime.runner does not build its clients from cfg.kafka_client() yet "
-    "(patch for the runtime owner: /work/shared/patches/runner.patch)",
-)

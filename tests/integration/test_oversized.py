@@ -21,8 +21,6 @@ from processor.kafka.produce import RecordTooLarge
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.read import read_to_end
 
-from .secure_kafka import needs_runner_client_config
-
 PIECE = 400_000  # three pieces fit the raw topic one by one; the merged change (1.2 MB) does not
 
 
@@ -107,7 +105,6 @@ def test_an_oversized_output_change_is_dead_lettered_and_its_end_says_so(kafka, 
     assert ends["small"]["reason"] is None
 
 
-@needs_runner_client_config
 def test_oversized_fail_policy_stops_with_the_reason(kafka, tmp_path):
     topics = _topics()
     _big_and_small_transactions(RawTopicWriter(kafka.bootstrap, topics["raw"], partitions=1))

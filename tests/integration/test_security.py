@@ -21,7 +21,6 @@ from processor.testing.verify import verify
 from .secure_kafka import (
     client_properties,
     grant_documented_acls,
-    needs_runner_client_config,
     secure_broker,
     secure_client,
 )
@@ -71,7 +70,6 @@ def test_a_command_with_a_wrong_password_exits_with_the_reason_and_never_prints_
     assert PASSWORD not in proc.stdout + proc.stderr
 
 
-@needs_runner_client_config
 def test_generate_run_verify_over_sasl_ssl(secure, tmp_path):
     bootstrap = secure.listener("SASL_SSL").bootstrap
     props = client_properties(secure, PASSWORD)
