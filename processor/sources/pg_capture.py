@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from processor.core import codec
 from processor.sources import pg_columns
 from processor.sources import pgoutput as pg
 from processor.sources.pg_snapshot import Snapshotter
@@ -320,7 +321,7 @@ class PostgresCapture:
             if msg is not None:
                 produced, ack = self.mapper.handle(msg.payload, msg.data_start, int(time.time() * 1000))
                 for event in produced:
-                    self.writer.write(event)
+                    self.writer.write_encoded(event["xid"], codec.encode_raw(event))
                 self.events += len(produced)
                 if ack is not None:
                     self.pending = ack

@@ -5,8 +5,9 @@ last image of that row it saw committed, so the raw topic (and every consumer af
 full row. The images live here, in a rocksdict store under the capture's state directory:
 
 - `c|row` -> the committed versions of a row, [(commit end LSN, image or None for deleted)];
-- `p|xid\\0row\\0seq` -> images written by a transaction not yet committed (streamed transactions
-  arrive before their commit, and their savepoints may still be rolled back);
+- images written by a transaction not yet committed (streamed transactions arrive before their
+  commit, and their savepoints may still be rolled back) wait in memory, and beyond MEMORY_ROWS
+  writes of one transaction under `p|xid\\0row\\0seq`;
 - `j|lsn|row` -> a journal of commits the slot has not confirmed yet.
 
 A commit moves a transaction's newest image of each row into `c|` under its end LSN. On start, the
@@ -28,6 +29,7 @@ COMMITTED, PENDING, JOURNAL = b"c|", b"p|", b"j|"
 _LSN = struct.Struct(">Q")
 _SEQ = struct.Struct(">Q")
 _BATCH = 5000
+MEMORY_ROWS = 2000  # writes of one transaction kept in memory before they spill to disk
 
 
 def row_key(table: str, key: dict[str, Any]) -> bytes:
@@ -47,6 +49,7 @@ class RowImages:
         self.store = RocksStore(path, write_buffer_mb=8, block_cache_mb=8)
         self.acked_lsn = 0
         self._seq: dict[str, int] = {}
+        self._memory: dict[str, dict[bytes, list[tuple[str | None, dict | None]]]] = {}
         self._aborted: dict[str, set[str]] = {}
 
     def close(self) -> None:
@@ -71,6 +74,7 @@ class RowImages:
         batch.delete_range(PENDING, _upper(PENDING))
         self.store.write(batch)
         self._seq.clear()
+        self._memory.clear()
         self._aborted.clear()
         return dropped
 
@@ -84,6 +88,8 @@ class RowImages:
         self.store.write(batch)
 
     # ---- transactions ---------------------------------------------------------------------------
+    # A transaction's writes stay in memory up to MEMORY_ROWS; beyond that they spill to the store
+    # (so a huge transaction costs disk, not heap). Spilled entries are newer than the in-memory ones.
 
     def begin(self, xid: str) -> None:
         """A transaction starts (or is sent again from its start): drop what it wrote before."""
@@ -93,6 +99,9 @@ class RowImages:
         """The transaction wrote this full image of the row (None: deleted it)."""
         seq = self._seq.get(xid, 0)
         self._seq[xid] = seq + 1
+        if seq < MEMORY_ROWS:
+            self._memory.setdefault(xid, {}).setdefault(row, []).append((subxid, image))
+            return
         batch = self.store.batch()
         batch.put(self._pending_prefix(xid, row) + _SEQ.pack(seq), pickle.dumps((subxid, image)))
         self.store.write(batch)
@@ -101,41 +110,41 @@ class RowImages:
         self._aborted.setdefault(xid, set()).add(subxid)
 
     def abort(self, xid: str) -> None:
-        prefix = PENDING + xid.encode() + b"\x00"
-        batch = self.store.batch()
-        batch.delete_range(prefix, _upper(prefix))
-        self.store.write(batch)
+        if self._seq.get(xid, 0) > MEMORY_ROWS:  # range tombstones slow reads: only when something spilled
+            prefix = PENDING + xid.encode() + b"\x00"
+            batch = self.store.batch()
+            batch.delete_range(prefix, _upper(prefix))
+            self.store.write(batch)
         self._seq.pop(xid, None)
+        self._memory.pop(xid, None)
         self._aborted.pop(xid, None)
 
     def commit(self, xid: str, end_lsn: int) -> int:
         """Make the transaction's newest image of each row the row's committed version. Returns rows."""
-        prefix = PENDING + xid.encode() + b"\x00"
         aborted = self._aborted.get(xid, set())
-        batch, rows = self.store.batch(), 0
-        current: bytes | None = None
-        newest: Any = _NONE
-        for key, value in self.store.scan(prefix, _upper(prefix)):
-            row = key[len(prefix) : -_SEQ.size - 1]
-            if row != current:
-                if current is not None and newest is not _NONE:
-                    self._commit_row(batch, current, end_lsn, newest)
-                    rows += 1
-                current, newest = row, _NONE
-            subxid, image = pickle.loads(value)
-            if subxid is None or subxid not in aborted:
-                newest = image
+        newest: dict[bytes, dict | None] = {}
+        for row, writes in self._memory.get(xid, {}).items():
+            live = [image for subxid, image in writes if subxid is None or subxid not in aborted]
+            if live:
+                newest[row] = live[-1]
+        batch = self.store.batch()
+        if self._seq.get(xid, 0) > MEMORY_ROWS:
+            prefix = PENDING + xid.encode() + b"\x00"
+            for key, value in self.store.scan(prefix, _upper(prefix)):
+                subxid, image = pickle.loads(value)
+                if subxid is None or subxid not in aborted:
+                    newest[key[len(prefix) : -_SEQ.size - 1]] = image
+            batch.delete_range(prefix, _upper(prefix))
+        for row, image in newest.items():
+            self._commit_row(batch, row, end_lsn, image)
             if len(batch) >= _BATCH:
                 self.store.write(batch)
                 batch = self.store.batch()
-        if current is not None and newest is not _NONE:
-            self._commit_row(batch, current, end_lsn, newest)
-            rows += 1
-        batch.delete_range(prefix, _upper(prefix))
         self.store.write(batch)
         self._seq.pop(xid, None)
+        self._memory.pop(xid, None)
         self._aborted.pop(xid, None)
-        return rows
+        return len(newest)
 
     def snapshot_image(self, row: bytes, image: dict, lsn: int) -> None:
         """A row read by the initial snapshot, as of `lsn` (before every streamed commit)."""
@@ -147,16 +156,19 @@ class RowImages:
 
     def lookup(self, xid: str | None, row: bytes) -> dict | None:
         """The row as the transaction sees it: its own newest live image, else the committed one."""
-        if xid is not None:
+        if xid is not None and self._seq.get(xid):
             aborted = self._aborted.get(xid, set())
-            prefix = self._pending_prefix(xid, row)
-            newest: Any = _NONE
-            for _, value in self.store.scan(prefix, _upper(prefix)):
-                subxid, image = pickle.loads(value)
+            if self._seq[xid] > MEMORY_ROWS:
+                newest: Any = _NONE
+                for _, value in self.store.scan(*self._row_range(xid, row)):
+                    subxid, image = pickle.loads(value)
+                    if subxid is None or subxid not in aborted:
+                        newest = image
+                if newest is not _NONE:
+                    return newest
+            for subxid, image in reversed(self._memory.get(xid, {}).get(row, [])):
                 if subxid is None or subxid not in aborted:
-                    newest = image
-            if newest is not _NONE:
-                return newest
+                    return image
         versions = self._versions(row)
         return versions[-1][1] if versions else None
 
@@ -165,6 +177,10 @@ class RowImages:
     @staticmethod
     def _pending_prefix(xid: str, row: bytes) -> bytes:
         return PENDING + xid.encode() + b"\x00" + row + b"\x00"
+
+    def _row_range(self, xid: str, row: bytes) -> tuple[bytes, bytes]:
+        prefix = self._pending_prefix(xid, row)
+        return prefix, _upper(prefix)
 
     def _versions(self, row: bytes) -> list[tuple[int, dict | None]]:
         raw = self.store.get(COMMITTED + row)

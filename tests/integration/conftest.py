@@ -5,6 +5,7 @@ transactions are streamed before they commit."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -52,8 +53,6 @@ def free_port() -> int:
 
 def _require_postgres_user() -> None:
     if os.geteuid() == 0:
-        import pwd
-
         try:
             pwd.getpwnam("postgres")
         except KeyError:
@@ -68,7 +67,9 @@ def postgres():
     _require_postgres_user()
 
     root = Path(tempfile.mkdtemp(prefix="txbuffer-pg-"))
-    shutil.chown(root, "postgres", "postgres") if os.geteuid() == 0 else None
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")  # by id: the group name lookup has failed under load
+        os.chown(root, pw.pw_uid, pw.pw_gid)
     datadir, log = root / "data", root / "pg.log"
     port = free_port()
     _as_postgres(str(pg_bin / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")

@@ -270,8 +270,10 @@ def upd_unchanged(pk="1", relid=7, xid=None, other="2"):
 TOAST_COLS = (("id", 23, True), ("v", 25, False), ("n", 23, False))
 
 
-@pytest.fixture
-def images(tmp_path):
+@pytest.fixture(params=["memory", "spilled"])
+def images(request, tmp_path, monkeypatch):
+    if request.param == "spilled":  # every pending write goes to disk
+        monkeypatch.setattr("processor.sources.pg_toast.MEMORY_ROWS", 0)
     store = RowImages(tmp_path / "images")
     yield store
     store.close()
