@@ -6,8 +6,8 @@ What it does, in one process tree:
      background thread, throttled to --rate events/s, while the generator writes the expected output;
   3. runs --instances `txbuffer run` subprocesses in one consumer group, each with its own state dir,
      its own Prometheus endpoint and (exactly_once) its own transactional.id;
-  4. SIGKILLs a random live instance at a random instant inside each of --kills equal time slots
-     spread over the feed; every --wipe-every-th victim also loses its state dir; each victim is
+  4. SIGKILLs a random live instance at a random point inside each of --kills equal slices of the
+     feed (by events fed); every --wipe-every-th victim also loses its state dir; each victim is
      restarted after a random delay;
   5. SIGKILLs the broker itself --broker-kills times (in random kill slots) and restarts it on the
      same data dir after a short random outage; optionally SIGSTOPs it once for --pause seconds;
@@ -333,17 +333,15 @@ class Chaos:
         return self.out
 
     def _campaign(self) -> None:
+        """Kill k falls at a random point of the k-th of `kills` equal slices of the feed (by events
+        fed, not wall time: on a slow machine the kills still spread over the whole stream)."""
         c = self.c
-        duration = c.events / c.rate if c.rate else max(20.0, c.events / 15000)
         slots = max(1, c.kills)
-        slot = duration / slots
         broker_slots = set(self.rng.sample(range(slots), min(c.broker_kills, slots)))
         pause_slot = self.rng.randrange(slots) if c.pause > 0 else -1
-        first_delay = 5.0  # past the group join: the first kill hits a running member
+        self._sleep(5.0)  # past the group join: the first kill hits a running member
         for k in range(slots):
-            start = first_delay + k * slot
-            instant = start + self.rng.uniform(0.1, 0.9) * slot
-            self._sleep(max(0.0, instant - self.now()))
+            self._wait_fed(c.events * (k + self.rng.uniform(0.1, 0.9)) / slots)
             if k < c.kills:
                 self._kill(k)
             if k in broker_slots:
@@ -354,6 +352,10 @@ class Chaos:
                 self._pause_broker()
         for _ in range(c.broker_kills - len(broker_slots)):  # more broker kills than slots
             self._kill_broker()
+
+    def _wait_fed(self, events: float) -> None:
+        while self.fed < events and not self.feed_done.is_set():
+            self._sleep(0.2)
 
     def _kill(self, k: int) -> None:
         live = [i for i in self.instances if i.proc is not None and i.proc.poll() is None]

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def _run(tmp_path, **overrides) -> tuple[dict, str]:
     params = dict(
-        events=50_000,
+        events=30_000,
         kills=3,
         instances=2,
         seed=11,
@@ -54,7 +54,7 @@ def _assert_exact(f: dict, report: str) -> None:
 def test_kills_and_a_broker_restart_lose_nothing_at_least_once(tmp_path):
     f, report = _run(tmp_path, guarantee="at_least_once_dedup")
     assert f["kills"] == 3 and f["wipes"] == 1 and f["broker_kills"] == 1, report
-    assert f["expected_changes"] > 15_000, report
+    assert f["expected_changes"] > 9_000, report
     _assert_exact(f, report)
     assert f["final_exit_codes"] and all(code == 0 for code in f["final_exit_codes"].values()), report
 
@@ -63,7 +63,7 @@ def test_kills_duplicate_nothing_exactly_once(tmp_path):
     # No broker kill here: after a broker SIGKILL + restart, exactly_once instances were seen stuck
     # in the completed-index rebuild for minutes (docs/reliability.md, known issues); `make chaos`
     # runs that case.
-    f, report = _run(tmp_path, guarantee="exactly_once", events=30_000, broker_kills=0)
+    f, report = _run(tmp_path, guarantee="exactly_once", events=20_000, broker_kills=0)
     assert f["kills"] == 3 and f["wipes"] == 1, report
     _assert_exact(f, report)
     assert f["duplicates_before_dedup"] == 0, report  # a read_committed consumer needs no dedup
@@ -72,7 +72,7 @@ def test_kills_duplicate_nothing_exactly_once(tmp_path):
 def test_rebalance_storm_ends_fully_assigned_within_bound(tmp_path):
     f, report = _run(
         tmp_path,
-        events=20_000,
+        events=12_000,
         kills=0,
         broker_kills=0,
         instances=3,
