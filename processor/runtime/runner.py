@@ -23,6 +23,7 @@ from processor.kafka.delivery import for_guarantee
 from processor.kafka.sink import KafkaSink
 from processor.runtime.available_now import AvailableNow
 from processor.runtime.config import ProcessorConfig
+from processor.runtime.debezium_sink import make_output
 from processor.runtime.dispatch import Dispatcher
 from processor.runtime.emitter import Emitter
 from processor.runtime.figures import RunSummary, snapshot
@@ -53,7 +54,8 @@ class Runner:
         producer_conf.update(producer_size_limit(client, outputs))  # an oversized output fails alone
         self.producer = client.producer(**producer_conf)
         self.sink = KafkaSink(self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic, cfg.oversized)
-        self.emitter = Emitter(self.sink, cfg.ordering, cfg.tombstones)
+        # The output mode (envelope: txbuffer | debezium) picks the emitter's sink.
+        self.emitter = Emitter(make_output(cfg, self.sink, n_out), cfg.ordering, cfg.tombstones)
         self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter)
         self.dispatcher = Dispatcher(cfg, self.sink, self.emitter, self.producer)
         self.offsets = OffsetCommitter(cfg.raw_topic, self.sink, self.producer.poll)

@@ -14,7 +14,6 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from processor.core import events as ev
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.schema_registry import AvroRecordSerializer
-from processor.runtime import debezium_sink
 from processor.runtime.runner import Runner
 
 from .processor_kit import Topics, config, read_with_headers
@@ -87,9 +86,7 @@ def run_debezium(broker, tmp_path, **overrides) -> tuple[Topics, str]:
         tombstones=True,
         **overrides,
     )
-    runner = Runner(cfg)
-    runner.emitter.sink = debezium_sink.make_output(cfg, runner.sink)
-    summary = runner.run()
+    summary = Runner(cfg).run()
     assert summary.committed == 4
     return topics, prefix
 
