@@ -347,3 +347,32 @@ def test_columns_typed_by_the_capture_attr_pg_columns_and_snapshot_rows_are_op_r
     wider = json.dumps([*json.loads(PG_COLUMNS), ["extra", 25, -1, "text", 0, 1]])
     records.change(_change("c", {"id": 5}, None, {"id": 5}, table="public.acct", attrs={"pg_columns": wider}), 0)
     assert book.tables["public.acct"].version == 2
+
+
+def test_replayed_oracle_rows_are_typed_by_the_catalogue():
+    from processor.core.debezium import catalogue
+
+    tables = catalogue.load(
+        {
+            "connector": "oracle",
+            "tables": {
+                "HR.EMP": {
+                    "key": ["ID"],
+                    "columns": [
+                        {"name": "ID", "type": "NUMBER(6)", "nullable": False},
+                        {"name": "SALARY", "type": "NUMBER(8,2)"},
+                        {"name": "HIRED", "type": "DATE"},
+                    ],
+                }
+            },
+        }
+    )
+    book = SchemaBook(tables)
+    records = DebeziumRecords(sb.SourceContext("oracle", "ora", "ORCL", "t"), book)
+    after = {"ID": "7", "SALARY": "1234.5", "HIRED": "2024-01-02 03:04:05"}
+    rec = records.change(_change(key={"ID": "7"}, after=after, table="HR.EMP"), 0)
+    assert rec.key == {"ID": 7}
+    assert rec.value["after"] == {"ID": 7, "SALARY": decimal.Decimal("1234.50"), "HIRED": 1704164645000}
+    assert rec.value_schema["name"] == "ora.HR.EMP.Envelope"
+    with pytest.raises(RowMismatch, match=r"'SALARY'.*more than 2 decimal places"):
+        records.change(_change(key={"ID": "8"}, after={**after, "ID": "8", "SALARY": "1.234"}, table="HR.EMP"), 0)
