@@ -35,7 +35,8 @@ class AvailableNow:
         held = self.partitions.held
         if not held or self.partitions.to_resume:
             return False
-        if not all(state.engine.next_offset >= self.targets.get(p, 0) for p, state in held.items()):
+        behind = [p for p, state in held.items() if state.engine.next_offset < self.targets.get(p, 0)]
+        if behind and not self._read_past_targets(behind):
             return False
         self.dispatcher.release_all_held()
         if self.dispatcher.emitter.queue:
@@ -46,6 +47,13 @@ class AvailableNow:
             or self._finished_elsewhere(others)
             or time.monotonic() - self.partitions.last_rebalance > self.settle_s
         )
+
+    def _read_past_targets(self, partitions: list[int]) -> bool:
+        """The consumer's position passed the target although no record did: the log ends in
+        transaction markers (a transactional producer writes the raw topic) or aborted records,
+        which a read_committed consumer skips without handing them to the engine."""
+        positions = self.consumer.position([TopicPartition(self.topic, p) for p in partitions])
+        return all(tp.offset >= self.targets.get(tp.partition, 0) for tp in positions)
 
     def _finished_elsewhere(self, targets: dict[int, int]) -> bool:
         """Every partition this instance does not hold has a committed low watermark at its target."""

@@ -18,8 +18,8 @@ from processor.runtime import broker_contact
 
 log = structlog.get_logger(__name__)
 
-# Re-send unchanged watermarks this often: a commit the broker dropped without an error (seen
-# once on Tansu during rebalances) must not stick for the rest of the run.
+# Re-send unchanged watermarks this often: a commit lost without an error reaching us (a rebalance
+# racing the commit) must not stick for the rest of the run.
 RESEND_EVERY_S = 10.0
 
 

@@ -18,7 +18,6 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 
 from processor.core.engine import Filters, PartitionEngine
 from processor.core.store import Store
-from processor.kafka.end_offsets import end_offsets
 from processor.runtime.dispatch import Dispatcher
 from processor.runtime.index_rebuild import completed_from_records
 from processor.runtime.lost_state import below_log_start, beyond_log_end, handle_lost_state
@@ -176,11 +175,9 @@ class Partitions:
             if start < low:
                 engine = self._lost_state(p, start, low, below_log_start(p, start, low), lost=low - start)
                 start = low
-            elif start > listed_end:
-                end = end_offsets(self.client, cfg.raw_topic).get(p, 0)
-                if start > end:  # the topic was recreated or truncated under us: our position does not exist
-                    engine = self._lost_state(p, start, low, beyond_log_end(p, start, end), lost=start - end)
-                    start = low
+            elif start > listed_end:  # the topic was recreated or truncated under us: our position does not exist
+                engine = self._lost_state(p, start, low, beyond_log_end(p, start, listed_end), lost=start - listed_end)
+                start = low
             if engine is not restored.engine or restored.source != "local":
                 rebuild[p] = (engine, start)
             engine.next_offset = start

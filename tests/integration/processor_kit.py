@@ -79,6 +79,9 @@ def run_args(cfg: ProcessorConfig) -> list[str]:
         cfg.outcomes_topic,
         "--state-dir",
         str(cfg.state_dir),
+        "--guarantee",
+        cfg.guarantee,
+        *(["--transactional-id", cfg.transactional_id] if cfg.transactional_id else []),
     ]
 
 

@@ -1,24 +1,16 @@
-"""Failover on a real broker: three instances in one group lose one; lost-state detection and policy.
+"""Failover on Apache Kafka: three instances in one group lose one; lost-state detection and policy.
 
-Lost state ("retention deleted unread events of an open transaction") needs a raw topic whose log
-start moves past the group's committed low watermark:
-  * Apache Kafka (testcontainers, when Docker answers): AdminClient.delete_records, the real thing.
-  * Tansu 0.6.0 (the embedded broker) does not implement DeleteRecords: the request makes the broker
-    thread panic ("not yet implemented", tansu-storage/src/dynostore.rs:641) and the client sees
-    `_TRANSPORT`. There the processor runs with a consumer whose get_watermark_offsets reports the
-    log start the deletion would have produced (fault injection at the one place the runner reads
-    it); everything else (broker, topics, RocksDB, outputs, exit code) is real.
-  * Recreating the raw topic under the processor (delete + create) is the other way to move the log
-    under it; that test shows what the runner does then.
+Lost state ("retention deleted unread events of an open transaction") is made with a real
+AdminClient.delete_records, which moves the raw topic's log start past the group's committed low
+watermark. Recreating the raw topic under the processor (delete + create) is the other way to move
+the log under it; that test shows what the runner does then.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
 from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
+from processor.kafka.end_offsets import start_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.testing.verify import read_topic, verify
 
@@ -64,6 +57,7 @@ def wait_until_committed_at_end(bootstrap: str, group: str, topic: str, procs, t
 
 
 def assigned_partitions(log_path: Path, after_marker: str | None = None) -> set[int]:
+    """Partitions the instance holds per its log (since the marker, if given)."""
     found, armed = set(), after_marker is None
     for line in log_path.read_text(errors="replace").splitlines():
         if after_marker is not None and after_marker in line:
@@ -77,6 +71,8 @@ def assigned_partitions(log_path: Path, after_marker: str | None = None) -> set[
             continue
         if rec.get("event") == "partition.assigned":
             found.add(rec["partition"])
+        elif rec.get("event") in ("partition.revoked", "partition.lost"):
+            found.discard(rec["partition"])  # held now, not ever: the group may move partitions early on
     return found
 
 
@@ -154,27 +150,6 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
 
 # --------------------------------------------------------------------------- (b) lost state
 
-# A launcher for `txbuffer run` whose consumer reports the raw topic's log start as FAKE_LOG_START
-# (what the broker would report after DeleteRecords up to that offset). Nothing else is changed.
-_LAUNCHER = r"""
-import os, sys
-from confluent_kafka import Consumer
-import processor.kafka.client_config as client_config
-
-FAKE, RAW = int(os.environ["FAKE_LOG_START"]), os.environ["FAKE_LOG_START_TOPIC"]
-
-class ReportsDeletedLog(Consumer):
-    def get_watermark_offsets(self, tp, *args, **kwargs):
-        low_high = super().get_watermark_offsets(tp, *args, **kwargs)
-        if tp.topic == RAW and low_high is not None and low_high[0] < FAKE:
-            return FAKE, max(low_high[1], FAKE)
-        return low_high
-
-client_config.Consumer = ReportsDeletedLog
-from processor.cli.app import main
-sys.exit(main(sys.argv[1:]))
-"""
-
 
 def _write_open_transaction(bootstrap: str, topic: str) -> None:
     """t1 stays open across offsets 0..8; t2 (offsets 5..7) commits. The committed low watermark stays 0."""
@@ -189,26 +164,18 @@ def _write_open_transaction(bootstrap: str, topic: str) -> None:
     w.flush()
 
 
-def _delete_below(broker, topic: str, offset: int) -> int | None:
-    """Move the raw topic's log start to `offset`. Returns None when the broker really did it
-    (DeleteRecords), else the log start the processor must be told (Tansu 0.6.0, see the docstring)."""
-    if broker.kind == "apache-kafka":
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for future in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
-            future.result()
-        return None
-    return offset
+def _delete_below(broker, topic: str, offset: int) -> None:
+    """Move the raw topic's log start to `offset` with DeleteRecords, as retention would."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
+        future.result()
+    assert start_offsets(broker.bootstrap, topic) == {0: offset}
 
 
-def _run(cfg, *extra: str, log_path: Path, reported_log_start: int | None = None, timeout_s: float = 120) -> int:
-    """`txbuffer run` as a subprocess; with reported_log_start, through the launcher above."""
-    if reported_log_start is None:
-        args = run_args(cfg) + list(extra)
-    else:
-        args = [sys.executable, "-c", _LAUNCHER] + run_args(cfg)[3:] + list(extra)
-    env = dict(os.environ, FAKE_LOG_START=str(reported_log_start or 0), FAKE_LOG_START_TOPIC=cfg.raw_topic)
+def _run(cfg, *extra: str, log_path: Path, timeout_s: float = 120) -> int:
+    """`txbuffer run` as a subprocess."""
     with open(log_path, "ab") as out:
-        return subprocess.run(args, stdout=out, stderr=out, env=env, timeout=timeout_s).returncode
+        return subprocess.run(run_args(cfg) + list(extra), stdout=out, stderr=out, timeout=timeout_s).returncode
 
 
 def _log_events(log_path: Path, event: str) -> list[dict]:
@@ -236,10 +203,10 @@ def test_lost_state_fail_policy_stops_with_resync_record_and_dlq(broker, tmp_pat
     assert _run(cfg, "--available-now", log_path=log) == 0
     assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 0}  # t1 is open
 
-    reported = _delete_below(broker, topics.raw, 3)
+    _delete_below(broker, topics.raw, 3)
     # Failover to an empty disk: the open t1's first events are gone from the log.
     cfg_b = config(broker.bootstrap, topics, tmp_path / "state-b", lost_state_policy="fail")
-    code = _run(cfg_b, "--available-now", "--lost-state-policy", "fail", log_path=log, reported_log_start=reported)
+    code = _run(cfg_b, "--available-now", "--lost-state-policy", "fail", log_path=log)
     assert code != 0, log.read_text()[-3000:]
     text = log.read_text()
     assert "LostStateError" in text and "below log start 3" in text, text[-3000:]
@@ -263,7 +230,7 @@ def test_lost_state_skip_policy_continues_and_counts_the_loss(broker, tmp_path):
     _write_open_transaction(broker.bootstrap, topics.raw)
     log = tmp_path / "processor.log"
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
-    reported = _delete_below(broker, topics.raw, 3)
+    _delete_below(broker, topics.raw, 3)
     w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
     w.write(R("t1", ev.COMMIT, 6, 20))  # offset 9
     w.write(R("t3", ev.BEGIN, 0, 21))
@@ -272,7 +239,7 @@ def test_lost_state_skip_policy_continues_and_counts_the_loss(broker, tmp_path):
     w.flush()
 
     cfg_b = config(broker.bootstrap, topics, tmp_path / "state-b")
-    code = _run(cfg_b, "--available-now", "--lost-state-policy", "skip", log_path=log, reported_log_start=reported)
+    code = _run(cfg_b, "--available-now", "--lost-state-policy", "skip", log_path=log)
     assert code == 0, log.read_text()[-3000:]
     done = _log_events(log, "run.done")
     assert done and done[-1]["lost_events"] == 3, done
@@ -292,7 +259,7 @@ def test_lost_state_skip_policy_continues_and_counts_the_loss(broker, tmp_path):
 def test_raw_topic_recreated_under_a_processor_is_not_continued_silently(broker, tmp_path):
     """The raw topic is deleted and recreated (fewer records) while the instance keeps its state dir.
 
-    Both Tansu and Kafka drop the group's committed offsets of a deleted topic, so the runner's
+    Kafka drops the group's committed offsets of a deleted topic, so the runner's
     check (committed low watermark < log start) cannot fire; the local store still says
     next_offset=9 with t1 open. The new topic's records 0..3 sit below that position. The runner must
     not skip them silently: it must report lost state (RESYNC_REQUIRED) or process them.

@@ -1,7 +1,7 @@
 """Control flow of guarantee=exactly_once (processor/delivery.py) without a broker.
 
-The embedded broker does not honour Kafka transactions, so the transactional calls are checked
-against a recording producer here; the same flow runs against Apache Kafka under testcontainers.
+The transactional call order is checked against a recording producer here; the same flow runs end
+to end on Apache Kafka in tests/integration/test_exactly_once.py (SIGKILL, zombie fencing).
 """
 
 from __future__ import annotations
