@@ -86,7 +86,7 @@ def wait_log(log: Path, text: str, times: int = 1, timeout_s: float = 60.0, proc
     raise AssertionError(f"capture log never had {text!r} x{times}: {log.read_text()[-3000:] if log.exists() else ''}")
 
 
-def wait_streaming(log: Path, times: int, timeout_s: float = 60.0) -> None:
+def wait_streaming(log: Path, times: int, timeout_s: float = 120.0) -> None:
     wait_log(log, "postgres.streaming", times, timeout_s)
 
 
@@ -407,7 +407,7 @@ def test_snapshot_resumes_after_a_kill_without_duplicate_chunks_and_the_stream_c
     log, state = tmp_path / "capture.log", tmp_path / "state"
     capture = start_capture(dsn, broker.bootstrap, topic, log, state, "--snapshot-chunk-rows", "100")
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # kill it in the middle of the first table
             cur = CaptureState.load(state)
             if cur.tables.get("public.acct") and cur.tables["public.acct"].chunks >= 20:
@@ -424,7 +424,7 @@ def test_snapshot_resumes_after_a_kill_without_duplicate_chunks_and_the_stream_c
             "INSERT INTO acct (id, bal, note) SELECT g, 1, 'new' FROM generate_series(1, 50) g",
         )
         capture = start_capture(dsn, broker.bootstrap, topic, log, state, "--snapshot-chunk-rows", "100")
-        wait_log(log, "postgres.snapshot_done", proc=capture)
+        wait_log(log, "postgres.snapshot_done", timeout_s=300, proc=capture)
         wait_streaming(log, 1)
         sql(dsn, "UPDATE acct SET note = 'after' WHERE id % 101 = 0")
         records = read_raw(broker.bootstrap, topic, commit_sentinel(dsn))
