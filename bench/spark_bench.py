@@ -101,6 +101,7 @@ def bench_spark(
             native=native,
             max_offsets_per_trigger=max_offsets_per_trigger,
             timeout_s=None if trigger == "available-now" else 3600,
+            until_rows=None if trigger == "available-now" else n_changes,
         )
         rows = sum(row_counts(f"{work}/lake").values())
     finally:

@@ -71,6 +71,13 @@ def app_id_for(checkpoint: str) -> str:
     return "txbuffer-" + hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:16]
 
 
+def _interrupted() -> bool:
+    """True while an exception (a timeout, Ctrl-C) unwinds: the JVM may no longer answer then."""
+    import sys
+
+    return sys.exc_info()[0] is not None
+
+
 def dropped_by_watermark(progress: list[dict]) -> int:
     return sum(op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", []))
 
@@ -88,6 +95,7 @@ def run_job(
     timeout_s: float | None = None,
     dedup_horizon: str = "1 hour",
     kafka_options: dict[str, str] | None = None,
+    until_rows: int | None = None,
 ) -> dict:
     """Run the query. available-now returns once everything present at start is committed.
 
@@ -95,6 +103,7 @@ def run_job(
     commit-time watermark (newest commit seen minus `dedup_horizon`) has not passed them; the dedup
     state holds only that window. Spark drops a change whose commit time is already behind the
     watermark; the job reports any such drop as an error (`numRowsDroppedByWatermark`).
+    `timeout_s` and `until_rows` (benchmarks) stop a processing-time run.
     """
     spark = spark or spark_session()
     require_delta(spark)
@@ -153,11 +162,16 @@ def run_job(
                 if dropped > reported:
                     log.error("spark.rows_dropped_by_watermark", rows=dropped, horizon=dedup_horizon)
                     reported = dropped
+                if until_rows is not None and sum(p["numInputRows"] for p in query.recentProgress) >= until_rows:
+                    break
+            if query.isActive:
+                query.stop()  # a deadline or a row budget ended a processing-time run
     except KeyboardInterrupt:
         query.stop()
     finally:
-        if query.exception() is not None:
-            raise RuntimeError(f"spark query failed: {query.exception()}")
+        failure = None if _interrupted() else query.exception()
+        if failure is not None:
+            raise RuntimeError(f"spark query failed: {failure}")
     progress = query.recentProgress
     summary = {
         "native": native,
