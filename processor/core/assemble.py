@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from processor.core import codec, keys, stored
 from processor.core import events as ev
-from processor.core import keys, stored
 from processor.core.fragments import apply_fragment
 from processor.core.store import Store
 from processor.core.txn import Txn
@@ -64,8 +64,21 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
         change.decoded["after"] = after
 
 
-def change_event_bytes(change: Change, txn: Txn, total_order: int, collection_order: int) -> bytes:
+def change_writer(txn: Txn) -> codec.ChangeEncoder:
+    """Encodes the ChangeEvents of one committed transaction; its constant fields are encoded once."""
+    commit = txn.commit
+    return codec.ChangeWriter(txn.xid, commit.scn, commit.ts_ms, commit.thread, txn.user)
+
+
+def change_event_bytes(
+    change: Change, txn: Txn, total_order: int, collection_order: int, writer: codec.ChangeEncoder | None = None
+) -> bytes:
     """The ChangeEvent (Debezium envelope) of one surviving change, Avro-encoded."""
+    if writer is not None and change.decoded is None:
+        return writer.encode(
+            change.op, change.seq, change.scn, change.ts_ms, change.table, change.row_id, change.attrs,
+            change.raw, change.body_at, total_order, collection_order,
+        )  # fmt: skip
     commit = txn.commit
     head = {
         "event_id": ev.event_id(commit.thread, commit.scn, txn.xid, change.seq),

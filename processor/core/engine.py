@@ -11,8 +11,8 @@ import json
 import struct
 from collections import OrderedDict, deque
 
+from processor.core import codec, keys, stored
 from processor.core import events as ev
-from processor.core import keys, stored
 from processor.core.actions import Committed, DeadLetter, Finished
 from processor.core.filters import Filters
 from processor.core.stats import Stats
@@ -54,13 +54,13 @@ class PartitionEngine:
         self._pos_dirty = True
         self.stats.events += 1
         try:
-            e, body_at = ev.decode_raw_with_body_offset(value or b"")
+            e = codec.decode_raw_view(value or b"")  # compiled: bytes validated, fields decoded on access
         except ev.DecodeError as exc:
             return self._dead(offset, key, value, str(exc))
         problem = validate(e)
         if problem:
             return self._dead(offset, key, value, problem)
-        return self.apply_decoded(offset, key, value, e, body_at)
+        return self.apply_decoded(offset, key, value, e, e.body_at)
 
     def apply_decoded(self, offset: int, key: bytes | None, value: bytes, e: dict, body_at: int) -> list:
         op = e["op"]

@@ -15,8 +15,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from processor.core import codec
 from processor.core import events as ev
-from processor.core.assemble import change_event_bytes, iter_changes, transaction_event
+from processor.core.assemble import change_event_bytes, change_writer, iter_changes, transaction_event
 from processor.core.contracts import Sink
 from processor.core.engine import PartitionEngine
 from processor.core.txn import Txn
@@ -56,15 +57,16 @@ class Emitter:
         self.queue.append(em)
         key = txn.xid.encode()
         self.sink.send_transaction(
-            key, ev.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), self._check
+            key, codec.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), self._check
         )
+        writer = change_writer(txn)
         for change in iter_changes(engine.store, txn):
             table = change.table or ""
             em.produced += 1
             em.tables[table] = em.tables.get(table, 0) + 1
             order = em.produced
             em.inflight.append((order, change.seq, table))
-            value = change_event_bytes(change, txn, order, em.tables[table])
+            value = change_event_bytes(change, txn, order, em.tables[table], writer)
             self.sink.send_change(
                 change.kafka_key, value, lambda err, em=em, order=order: self._change_acked(em, order, err)
             )
@@ -111,7 +113,7 @@ class Emitter:
                 em.end_sent = True
                 end = transaction_event("END", em.txn, self.ordering, em.produced, em.tables)
                 self.sink.send_transaction(
-                    em.txn.xid.encode(), ev.encode_transaction(end), lambda err, em=em: self._end_acked(em, err)
+                    em.txn.xid.encode(), codec.encode_transaction(end), lambda err, em=em: self._end_acked(em, err)
                 )
         finished = 0
         while self.queue and self.queue[0].end_acked:
