@@ -100,12 +100,6 @@ def _unquote(quoted: str) -> str:
     return text
 
 
-def _table(schema: str, name: str | None) -> str:
-    if name is None:
-        return _unquote(schema)
-    return _unquote(schema) + "." + _unquote(name)
-
-
 class FastParser:
     """Parses the LogMiner subset; `parse` returns None for anything else.
 
@@ -133,6 +127,7 @@ class FastParser:
         self._bare = bare
         self._error = error
         self._converters: dict[tuple[str, int, str], Any] = {}
+        self._tables: dict[tuple[str, str], str] = {}  # ('"S"', '"T"') -> "S.T"
 
     def parse(self, sql: str) -> Parsed | None:
         """The statement's (op, table, before, after, row_id); None where it is left to sqlglot."""
@@ -159,7 +154,7 @@ class FastParser:
             items = _VALUES.findall(text, m.end())
             if not items or not items[-1][8] or len(items) != len(columns):
                 raise _Decline  # the last item must close the list (a bad one does not)
-            return "INSERT", _table(schema, name), None, dict(zip(columns, self._values(items))), None
+            return "INSERT", self._table(schema, name), None, dict(zip(columns, self._values(items))), None
         if head in "uU":
             m = _UPDATE.match(text)
             if m is None:
@@ -174,14 +169,24 @@ class FastParser:
                 for col, s, w, mi, n, f, a1, a2 in _SETS.findall(sets)
             }
             before, row_id = self._where(conditions) if conditions else ({}, None)
-            return "UPDATE", _table(schema, name), before, {**before, **changed}, row_id
+            return "UPDATE", self._table(schema, name), before, {**before, **changed}, row_id
         if head in "dD":
             m = _DELETE.match(text)
             if m is None:
                 raise _Decline
             before, row_id = self._where(self._conditions(text, m.end()))
-            return "DELETE", _table(*m.groups()), before, None, row_id
+            return "DELETE", self._table(*m.groups()), before, None, row_id
         raise _Decline
+
+    def _table(self, schema: str, name: str | None) -> str:
+        """ "OWNER.TABLE" of the quoted parts; remembered, since a stream names few tables."""
+        key = (schema, name or "")
+        table = self._tables.get(key)
+        if table is None:
+            if len(self._tables) >= 4096:
+                self._tables.clear()
+            table = self._tables[key] = _unquote(schema) if name is None else _unquote(schema) + "." + _unquote(name)
+        return table
 
     def _values(self, items: list[tuple[str, ...]]) -> list[Any]:
         other = self._other
