@@ -38,8 +38,10 @@ TABLES = ("public.acct", "public.hist")
 
 
 def start_capture(
-    dsn: str, bootstrap: str, topic: str, log: Path, state_dir: Path, *extra: str, slot: str = "cap"
+    dsn: str, bootstrap: str, topic: str, log: Path, state_dir: Path, *extra: str, slot: str | None = None
 ) -> subprocess.Popen:
+    """The capture as its own process. Slots are cluster-wide: the default one is named after the database."""
+    slot = slot or dict(kv.split("=", 1) for kv in dsn.split())["dbname"]
     cmd = [
         sys.executable,
         "-m",
@@ -453,9 +455,10 @@ def test_snapshot_modes_never_and_initial_only(postgres, broker, tmp_path):
         dsn, broker.bootstrap, topic, tmp_path / "only.log", tmp_path / "only", "--snapshot", "initial_only"
     )
     assert only.wait(60) == 0, (tmp_path / "only.log").read_text()[-2000:]
-    assert sql(dsn, "SELECT count(*) FROM pg_replication_slots")[0][0] == 0, "initial_only needs no slot"
+    slots = "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"
+    assert sql(dsn, slots)[0][0] == 0, "initial_only needs no slot"
     log = tmp_path / "never.log"
-    never = start_capture(dsn, broker.bootstrap, topic, log, tmp_path / "never", "--snapshot", "never", slot="never")
+    never = start_capture(dsn, broker.bootstrap, topic, log, tmp_path / "never", "--snapshot", "never")
     try:
         wait_streaming(log, 1)
         records = read_raw(broker.bootstrap, topic, commit_sentinel(dsn))
