@@ -33,8 +33,12 @@ class AvailableNow:
 
     def reached(self) -> bool:
         held = self.partitions.held
-        if not held or self.partitions.to_resume:
+        if self.partitions.to_resume:
             return False
+        if not held:
+            # Holding nothing (more members than partitions, or ours moved away at the end) is done
+            # once others committed every partition at its target: never wait for an assignment then.
+            return bool(self.targets) and self._finished_elsewhere(self.targets)
         behind = [p for p, state in held.items() if state.engine.next_offset < self.targets.get(p, 0)]
         if behind and not self._read_past_targets(behind):
             return False

@@ -15,7 +15,7 @@ import socket
 import time
 
 import structlog
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
@@ -120,8 +120,8 @@ class Runner:
                 if finish is not None and finish.reached():
                     self.dispatcher.drain(timeout_s=60)
                     p.checkpoint_all()
-                    if self.delivery.commits_offsets_itself:
-                        self._commit_offsets(force=True, asynchronous=False)
+                    if self.delivery.commits_offsets_itself and not self._final_commit():
+                        continue  # a rebalance is under way: decide again once it is over
                     log.info("run.available_now_done")
                     break
         finally:
@@ -181,6 +181,16 @@ class Runner:
     def _commit_offsets(self, force: bool = False, asynchronous: bool = True) -> None:
         self._last_commit = time.monotonic()
         self.offsets.commit(self.partitions.low_watermarks(), force, asynchronous)
+
+    def _final_commit(self) -> bool:
+        """Commit every held low watermark synchronously; False when the group is rebalancing (the
+        broker refuses commits then: seen on Apache Kafka when a member joins or dies at the end)."""
+        try:
+            self._commit_offsets(force=True, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("run.available_now_commit_retry", error=str(exc))
+            return False
+        return True
 
     def _log_progress(self, elapsed: float) -> None:
         snap = self.snapshot()

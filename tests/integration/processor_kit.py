@@ -91,28 +91,12 @@ def start_processor(cfg: ProcessorConfig, *extra: str, log_path: Path | None = N
 
 
 def read_with_headers(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[int, int, bytes, bytes, dict]]:
-    """(partition, offset, key, value, headers) of every record, read to the true end."""
-    import time
+    """(partition, offset, key, value, headers) of every record, read to the end (transaction markers
+    included: completion is judged by the consumer's position)."""
+    from processor.kafka.read import read_to_end
 
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
-
-    ends = {p: e for p, e in end_offsets(bootstrap, topic).items() if e > 0}
-    out = []
-    if not ends:
-        return out
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kit-reader", **CONSUMER_DEFAULTS})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                if msg.error() or msg.partition() not in ends:
-                    continue
-                out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), dict(msg.headers() or [])))
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    del ends[msg.partition()]
-    finally:
-        consumer.close()
+    out = [
+        (msg.partition(), msg.offset(), msg.key(), msg.value(), dict(msg.headers() or []))
+        for msg in read_to_end(bootstrap, topic, "kit-reader", timeout_s)
+    ]
     return sorted(out, key=lambda r: (r[0], r[1]))

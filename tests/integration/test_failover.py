@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
-from processor.kafka.clients import CONSUMER_DEFAULTS, end_offsets
-from processor.kafka.end_offsets import start_offsets
+from processor.kafka.client_config import CONSUMER_DEFAULTS
+from processor.kafka.end_offsets import end_offsets, start_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.testing.verify import read_topic, verify
 
@@ -43,7 +43,7 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: list[i
 
 
 def wait_until_committed_at_end(bootstrap: str, group: str, topic: str, procs, timeout_s: float) -> dict:
-    ends = end_offsets(bootstrap, topic, group=group + "-probe")
+    ends = end_offsets(bootstrap, topic)
     deadline = time.monotonic() + timeout_s
     committed: dict[int, int] = {}
     while time.monotonic() < deadline:

@@ -45,8 +45,10 @@ def _scrape(port: int) -> str:
 def test_available_now_without_a_partition_warns_then_fails_after_its_timeout(broker, tmp_path):
     topics = Topics.fresh()
     w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
-    w.write(ev.raw_event("t1", ev.INSERT, 1, 1, table="s.t", key={"id": 1}, after={"id": 1}))
-    w.write(ev.raw_event("t1", ev.COMMIT, 2, 2))
+    # t1 stays open, so the holder's committed low watermark stays below the end: nothing proves to the
+    # waiter that the input is done elsewhere.
+    w.write(ev.raw_event("t1", ev.BEGIN, 0, 1))
+    w.write(ev.raw_event("t1", ev.INSERT, 1, 2, table="s.t", key={"id": 1}, after={"id": 1}))
     w.flush()
     holder_log, waiter_log = tmp_path / "holder.log", tmp_path / "waiter.log"
     holder = start_processor(config(broker.bootstrap, topics, tmp_path / "state-a"), log_path=holder_log)
@@ -92,3 +94,38 @@ def test_available_now_without_a_partition_warns_then_fails_after_its_timeout(br
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
+
+
+def test_available_now_without_a_partition_finishes_when_others_committed_everything(broker, tmp_path):
+    """More members than partitions: the input that existed at start is done (another member
+    committed its low watermark at the end), so the instance that never got a partition exits 0
+    instead of waiting for an assignment it does not need."""
+    topics = Topics.fresh()
+    w = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
+    w.write(ev.raw_event("t1", ev.INSERT, 1, 1, table="s.t", key={"id": 1}, after={"id": 1}))
+    w.write(ev.raw_event("t1", ev.COMMIT, 2, 2))
+    w.flush()
+    holder_log, waiter_log = tmp_path / "holder.log", tmp_path / "waiter.log"
+    holder = start_processor(config(broker.bootstrap, topics, tmp_path / "state-a"), log_path=holder_log)
+    try:
+        deadline = time.monotonic() + 90
+        while not _log_events(holder_log, "partition.assigned"):
+            assert holder.poll() is None and time.monotonic() < deadline, holder_log.read_text()[-2000:]
+            time.sleep(0.5)
+        args = run_args(config(broker.bootstrap, topics, tmp_path / "state-b")) + [
+            "--available-now",
+            "--available-now-timeout-ms",
+            "60000",
+        ]
+        with open(waiter_log, "ab") as out:
+            code = subprocess.run(args, stdout=out, stderr=out, timeout=120).returncode
+        assert code == 0, waiter_log.read_text()[-2000:]
+        assert not _log_events(waiter_log, "partition.assigned")
+        assert _log_events(waiter_log, "run.available_now_done")
+    finally:
+        holder.terminate()
+        try:
+            holder.wait(30)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait(10)
