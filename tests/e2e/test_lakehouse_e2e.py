@@ -34,7 +34,7 @@ from tests.integration.test_postgres_capture import (
 )
 
 # Spark on a shared 2-core machine: micro-batches of a few rows can take minutes.
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(3000)]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(5400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_CONF = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false"]
@@ -82,7 +82,7 @@ def changelog_commits(lake: Path) -> int:
     return len(list((lake / "changelog" / "_delta_log").glob("*.json")))
 
 
-def kill_after_next_commit(proc: subprocess.Popen, lake: Path, log: Path, timeout_s: float = 600) -> None:
+def kill_after_next_commit(proc: subprocess.Popen, lake: Path, log: Path, timeout_s: float = 1500) -> None:
     start, deadline = changelog_commits(lake), time.monotonic() + timeout_s
     try:
         while changelog_commits(lake) <= start:
