@@ -50,7 +50,7 @@ def start_driver(broker, topic: str, ck: Path, out: Path, per_batch: int) -> sub
     )
 
 
-def kill_after_next_commit(proc: subprocess.Popen, out: Path, timeout_s: float = 400) -> None:
+def kill_after_next_commit(proc: subprocess.Popen, out: Path, timeout_s: float = 1500) -> None:
     """SIGKILL the driver (and its JVM) right after one more change-log commit: later batches are
     planned or half-written."""
     start = changelog_versions(out)
