@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from processor.core import codec, keys, stored
 from processor.core import events as ev
@@ -28,11 +29,11 @@ class Change:
     ts_ms: int
     table: str | None
     row_id: str | None
-    attrs: dict
+    attrs: dict[str, str]
     kafka_key: bytes
     body_at: int
     raw: bytes
-    decoded: dict | None = None
+    decoded: dict[str, Any] | None = None
 
 
 def iter_changes(store: Store, txn: Txn) -> Iterator[Change]:
@@ -43,7 +44,8 @@ def iter_changes(store: Store, txn: Txn) -> Iterator[Change]:
         header, raw = stored.unpack(value)
         if header[0] in ev.FRAGMENT_OPS:
             continue  # merged into its target below
-        change = Change(*header, raw)
+        op, seq, scn, ts_ms, table, row_id, attrs, kafka_key, body_at = header
+        change = Change(op, seq, scn, ts_ms, table, row_id, attrs, kafka_key, body_at, raw)
         if txn.fragments and change.op in ev.ROW_OPS:
             _merge_fragments(store, txn, change)
         yield change
@@ -66,7 +68,7 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
 
 def change_writer(txn: Txn) -> codec.ChangeEncoder:
     """Encodes the ChangeEvents of one committed transaction; its constant fields are encoded once."""
-    commit = txn.commit
+    commit = txn.require_commit()
     return codec.ChangeWriter(txn.xid, commit.scn, commit.ts_ms, commit.thread, txn.user)
 
 
@@ -79,7 +81,7 @@ def change_event_bytes(
             change.op, change.seq, change.scn, change.ts_ms, change.table, change.row_id, change.attrs,
             change.raw, change.body_at, total_order, collection_order,
         )  # fmt: skip
-    commit = txn.commit
+    commit = txn.require_commit()
     head = {
         "event_id": ev.event_id(commit.thread, commit.scn, txn.xid, change.seq),
         "op": ev.ENVELOPE_OP[change.op],
@@ -110,8 +112,8 @@ def change_event_bytes(
 
 def transaction_event(
     status: str, txn: Txn, ordering: str, event_count: int | None = None, tables: dict[str, int] | None = None
-) -> dict:
-    commit = txn.commit
+) -> dict[str, Any]:
+    commit = txn.require_commit()
     end = status == "END"
     return {
         "status": status,
@@ -120,7 +122,7 @@ def transaction_event(
         "ts_ms": commit.ts_ms,
         "thread": commit.thread,
         "event_count": event_count if end else None,
-        "data_collections": [{"name": n, "event_count": c} for n, c in sorted(tables.items())] if end else None,
+        "data_collections": [{"name": n, "event_count": c} for n, c in sorted((tables or {}).items())] if end else None,
         "input_partition": txn.partition if end else None,
         "commit_offset": commit.offset if end else None,
         "ordering": ordering,

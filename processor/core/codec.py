@@ -95,6 +95,10 @@ class RawView(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+# A RawEvent as the engine reads it: a decoded view, or a plain dict (tests, tools, the reference).
+RawFields = RawView | dict[str, Any]
+
+
 class ChangeEncoder(Protocol):
     """What ChangeWriter(xid, commit_scn, commit_ts_ms, thread, user) returns."""
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import struct
 from collections import OrderedDict, deque
+from typing import Any
 
 from processor.core import codec, keys, stored
 from processor.core import events as ev
-from processor.core.actions import Committed, DeadLetter, Finished
+from processor.core.actions import Action, Committed, DeadLetter, Finished
 from processor.core.filters import Filters
 from processor.core.stats import Stats
 from processor.core.store import Batch, Store
@@ -48,7 +49,7 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ apply
 
-    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> list:
+    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> list[Action]:
         """Apply one raw record at `offset`; return the actions it causes."""
         self.next_offset = offset + 1
         self._pos_dirty = True
@@ -60,9 +61,11 @@ class PartitionEngine:
         problem = validate(e)
         if problem:
             return self._dead(offset, key, value, problem)
-        return self.apply_decoded(offset, key, value, e, e.body_at)
+        return self.apply_decoded(offset, key, value or b"", e, e.body_at)
 
-    def apply_decoded(self, offset: int, key: bytes | None, value: bytes, e: dict, body_at: int) -> list:
+    def apply_decoded(
+        self, offset: int, key: bytes | None, value: bytes, e: codec.RawFields, body_at: int
+    ) -> list[Action]:
         op = e["op"]
         if e["ts_ms"] > self.last_ts_ms:
             self.last_ts_ms = e["ts_ms"]  # source time: transaction ages are measured in it
@@ -125,13 +128,13 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ ops
 
-    def _open(self, xid: str, offset: int, e: dict) -> Txn:
+    def _open(self, xid: str, offset: int, e: codec.RawFields) -> Txn:
         txn = Txn(self.partition, xid, offset, first_ts_ms=e["ts_ms"])
         self.open[xid] = txn
         self._dirty.add(xid)
         return txn
 
-    def _identify(self, txn: Txn, e: dict) -> None:
+    def _identify(self, txn: Txn, e: codec.RawFields) -> None:
         txn.identity_seen = True
         txn.user, txn.client = e["user"], e["client"]
         if self.filters.identity_excluded(txn.user, txn.client):
@@ -139,7 +142,9 @@ class PartitionEngine:
             self._drop_all(txn)
         self._dirty.add(txn.xid)
 
-    def _change(self, txn: Txn, offset: int, key, value: bytes, e: dict, body_at: int) -> list:
+    def _change(
+        self, txn: Txn, offset: int, key: bytes | None, value: bytes, e: codec.RawFields, body_at: int
+    ) -> list[Action]:
         if e["undo"]:
             return self._undo(txn, offset, key, value, e)
         if txn.filtered or self.filters.table_excluded(e["table"]):
@@ -172,7 +177,7 @@ class PartitionEngine:
                 return seq
             end = found  # stale entry left by a savepoint rollback: look further back
 
-    def _undo(self, txn: Txn, offset: int, key, value: bytes, e: dict) -> list:
+    def _undo(self, txn: Txn, offset: int, key: bytes | None, value: bytes, e: codec.RawFields) -> list[Action]:
         if txn.filtered or self.filters.table_excluded(e["table"]):
             self.stats.filtered_changes += 1
             return []
@@ -185,13 +190,16 @@ class PartitionEngine:
         self.stats.undone += 1
         return []
 
-    def _fragment(self, txn: Txn, offset: int, key, value: bytes, e: dict, body_at: int) -> list:
+    def _fragment(
+        self, txn: Txn, offset: int, key: bytes | None, value: bytes, e: codec.RawFields, body_at: int
+    ) -> list[Action]:
         if txn.filtered or self.filters.table_excluded(e["table"]):
             self.stats.filtered_changes += 1
             return []
         if e["row_id"]:
             target = self._newest_surviving(txn, e["row_id"], e["seq"])
-            if target is not None and stored.op_of(self.store.get(keys.event_key(txn.prefix, target))) == ev.DELETE:
+            target_value = None if target is None else self.store.get(keys.event_key(txn.prefix, target))
+            if target_value is not None and stored.op_of(target_value) == ev.DELETE:
                 target = None
         else:
             target = self._newest_change_of_key(txn, e["table"], e["key"], e["seq"])
@@ -207,7 +215,7 @@ class PartitionEngine:
         self._dirty.add(txn.xid)
         return []
 
-    def _newest_change_of_key(self, txn: Txn, table: str, key: dict, before_seq: int) -> int | None:
+    def _newest_change_of_key(self, txn: Txn, table: str, key: dict[str, Any], before_seq: int) -> int | None:
         """Seq of the newest INSERT/UPDATE of (table, key) before before_seq, None if a DELETE or
         nothing comes first. Scans back from the fragment, which sources write right after its
         change, so this reads a handful of events and keeps the per-change path free of an index."""
@@ -218,7 +226,9 @@ class PartitionEngine:
                 return None if e["op"] == ev.DELETE else e["seq"]
         return None
 
-    def _rollback_to_savepoint(self, txn: Txn, offset: int, key, value, e: dict) -> list:
+    def _rollback_to_savepoint(
+        self, txn: Txn, offset: int, key: bytes | None, value: bytes | None, e: codec.RawFields
+    ) -> list[Action]:
         name = e["savepoint"]
         for i in range(len(txn.savepoints) - 1, -1, -1):
             if txn.savepoints[i][0] == name:
@@ -232,7 +242,7 @@ class PartitionEngine:
         self._dirty.add(txn.xid)
         return []
 
-    def _subtxn_abort(self, txn: Txn, offset: int, e: dict) -> list:
+    def _subtxn_abort(self, txn: Txn, offset: int, e: codec.RawFields) -> list[Action]:
         if e["subxid"] == txn.xid:  # PostgreSQL: a Stream Abort of the top transaction
             self._advance_watermark(e["scn"])
             self._drop_all(txn)
@@ -246,7 +256,7 @@ class PartitionEngine:
             self.batch.delete(index_key)
         return []
 
-    def _commit(self, txn: Txn, offset: int, e: dict) -> list:
+    def _commit(self, txn: Txn, offset: int, e: codec.RawFields) -> list[Action]:
         self._advance_watermark(e["scn"])
         txn.commit = Commit(e["scn"], e["ts_ms"], e["thread"], offset)
         del self.open[txn.xid]
@@ -306,7 +316,7 @@ class PartitionEngine:
         self._dirty.add(xid)
         return Finished(self.partition, xid, offset, outcome)
 
-    def _dead(self, offset: int, key, value, reason: str) -> list:
+    def _dead(self, offset: int, key: bytes | None, value: bytes | None, reason: str) -> list[Action]:
         self.stats.dead_letters += 1
         return [DeadLetter(self.partition, offset, key, value, reason)]
 
@@ -393,7 +403,7 @@ class PartitionEngine:
                 eng.open[txn.xid] = txn
             else:
                 pending.append(txn)
-        for txn in sorted(pending, key=lambda t: t.commit.offset):
+        for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
         for fkey, _ in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
             offset, xid = keys.fifo_decode(fkey)

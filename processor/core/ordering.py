@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 
 @dataclass(order=True)
 class Held:
-    sort_key: tuple
+    sort_key: tuple[int, int, str, int]
     held_at_ms: float = field(compare=False)
     engine: PartitionEngine = field(compare=False)
     txn: Txn = field(compare=False)
@@ -39,6 +39,7 @@ class GlobalOrder:
 
     def hold(self, engine: PartitionEngine, txn: Txn, now_ms: float) -> None:
         c = txn.commit
+        assert c is not None, "only committed transactions are held"
         heapq.heappush(self.heap, Held((c.scn, c.thread, txn.xid, txn.partition), now_ms, engine, txn))
 
     def ready(self, watermarks: dict[int, int], now_ms: float) -> list[tuple[PartitionEngine, Txn]]:

@@ -13,11 +13,13 @@ import marshal
 import struct
 from typing import Any
 
+from processor.core.codec import RawFields
+
 MARSHAL_VERSION = marshal.version
 _LEN = struct.Struct(">H")
 
 
-def pack(e: dict[str, Any], raw: bytes, body_at: int, kafka_key: bytes | None) -> bytes:
+def pack(e: RawFields, raw: bytes, body_at: int, kafka_key: bytes | None) -> bytes:
     header = marshal.dumps(
         (e["op"], e["seq"], e["scn"], e["ts_ms"], e["table"], e["row_id"], e["attrs"], kafka_key, body_at)
     )

@@ -6,6 +6,7 @@ what the emitter needs to resume (the emit cursor).
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass, field, fields
 
@@ -36,7 +37,7 @@ class Txn:
     client: str | None = None
     identity_seen: bool = False
     filtered: bool = False
-    savepoints: list = field(default_factory=list)  # [(name, seq)], innermost last
+    savepoints: list[tuple[str, int]] = field(default_factory=list)  # [(name, seq)], innermost last
     events: int = 0
     bytes: int = 0
     fragments: int = 0  # > 0: assembly must look for fragments to merge
@@ -44,13 +45,19 @@ class Txn:
     # Emit cursor: everything up to acked_seq is acknowledged by the broker (Debezium's txSeq).
     acked_seq: int = -1
     acked_count: int = 0
-    acked_tables: dict = field(default_factory=dict)
+    acked_tables: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.prefix:
             self.prefix = keys.txn_prefix(self.partition, self.xid)
 
-    def to_bytes(self) -> bytes:
+    def require_commit(self) -> Commit:
+        """The commit of a committed transaction (assembly and emission only ever see those)."""
+        if self.commit is None:
+            raise ValueError(f"transaction {self.xid!r} has no commit")
+        return self.commit
+
+    def to_bytes(self) -> builtins.bytes:  # builtins: the `bytes` field shadows the type here
         # Field by field: dataclasses.asdict deep-copies, which dominated with many open transactions.
         doc = {name: getattr(self, name) for name in _PERSISTED}
         c = self.commit
@@ -58,11 +65,11 @@ class Txn:
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> Txn:
+    def from_bytes(cls, raw: builtins.bytes) -> Txn:
         doc = json.loads(raw)
         commit = doc.pop("commit")
         txn = cls(**doc)
-        txn.savepoints = [tuple(s) for s in txn.savepoints]
+        txn.savepoints = [(str(s[0]), int(s[1])) for s in txn.savepoints]
         txn.commit = Commit(**commit) if commit else None
         return txn
 

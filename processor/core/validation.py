@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from processor.core import events as ev
+from processor.core.codec import RawFields
 
 
-def validate(e: dict[str, Any]) -> str | None:
+def validate(e: RawFields) -> str | None:
     """Why an event that decoded is still unusable, or None."""
     op = e["op"]
     if e["seq"] < 0:

@@ -89,7 +89,7 @@ class RocksStore(Store):
                 self.db.write(batch.wb)
             except Exception as exc:  # rocksdict raises a bare Exception for RocksDB's IOError
                 self.failed = StoreWriteError(self.path, exc)
-                batch.__init__()  # rocksdict consumed it; later puts must reach this error, not a misuse one
+                batch.__init__()  # type: ignore[misc]  # rocksdict consumed it; later puts must reach this error
                 raise self.failed from exc
         batch.wb = None  # type: ignore[assignment]  # consumed: a reuse fails loudly
         batch.n = 0
