@@ -25,14 +25,14 @@ _PRIMITIVES = {
 DEFAULT_DECIMAL_PRECISION = 64  # AvroData's precision when the Connect schema gives none
 
 
-def to_avro(schema: dict) -> Any:
+def to_avro(schema: dict[str, Any]) -> Any:
     """The Avro schema (JSON-able) of a non-null Connect schema."""
     return _avro(schema, set())
 
 
-def _avro(schema: dict, seen: set[str]) -> Any:
+def _avro(schema: dict[str, Any], seen: set[str]) -> Any:
     kind = schema["type"]
-    name = schema.get("name")
+    name: str = schema.get("name") or ""
     if kind == "struct":
         if name in seen:
             return name  # a record defined earlier in this schema is referenced by its full name
@@ -58,7 +58,7 @@ def _avro(schema: dict, seen: set[str]) -> Any:
     return out if len(out) > 1 else out["type"]
 
 
-def _tag(out: dict, schema: dict) -> None:
+def _tag(out: dict[str, Any], schema: dict[str, Any]) -> None:
     if schema.get("version") is not None:
         out["connect.version"] = schema["version"]
     if schema.get("parameters"):
@@ -67,12 +67,12 @@ def _tag(out: dict, schema: dict) -> None:
         out["connect.name"] = schema["name"]
 
 
-def _optional(schema: dict, seen: set[str]) -> Any:
+def _optional(schema: dict[str, Any], seen: set[str]) -> Any:
     inner = _avro(schema, seen)
     return ["null", inner] if schema.get("optional") else inner
 
 
-def _field(schema: dict, seen: set[str]) -> dict:
+def _field(schema: dict[str, Any], seen: set[str]) -> dict[str, Any]:
     inner = _avro(schema, seen)
     out: dict[str, Any] = {"name": schema["field"]}
     if "default" in schema and schema["default"] is not None:
@@ -86,7 +86,7 @@ def _field(schema: dict, seen: set[str]) -> dict:
     return out
 
 
-def to_avro_value(schema: dict | None, value: Any) -> Any:
+def to_avro_value(schema: dict[str, Any] | None, value: Any) -> Any:
     """A Connect-level value -> what fastavro writes for to_avro(schema)."""
     if value is None or schema is None:
         return value

@@ -28,10 +28,10 @@ def variable_decimal(value: decimal.Decimal) -> tuple[int, bytes]:
     return scale, unscaled_bytes(value, scale)
 
 
-_PLAIN: dict[int, tuple[dict, bool]] = {}  # id(schema) -> (schema, JSON-ready as is?)
+_PLAIN: dict[int, tuple[dict[str, Any], bool]] = {}  # id(schema) -> (schema, JSON-ready as is?)
 
 
-def _is_plain(schema: dict) -> bool:
+def _is_plain(schema: dict[str, Any]) -> bool:
     """True when no value under this schema needs converting (no bytes, decimals or variable decimals)."""
     cached = _PLAIN.get(id(schema))
     if cached is not None and cached[0] is schema:
@@ -51,7 +51,7 @@ def _is_plain(schema: dict) -> bool:
     return plain
 
 
-def to_json(schema: dict | None, value: Any) -> Any:
+def to_json(schema: dict[str, Any] | None, value: Any) -> Any:
     """A Connect-level value (see types.py) -> its JsonConverter payload."""
     if value is None or schema is None or _is_plain(schema):
         return value  # payloads are built in schema field order, so a plain one is already right
@@ -71,11 +71,11 @@ def to_json(schema: dict | None, value: Any) -> Any:
     return value
 
 
-_SCHEMA_TEXT: dict[int, tuple[dict, str]] = {}  # id(schema) -> (schema, its JSON); holds the schema alive
+_SCHEMA_TEXT: dict[int, tuple[dict[str, Any], str]] = {}  # id(schema) -> (schema, its JSON); holds the schema alive
 _SCHEMA_TEXT_MAX = 4096
 
 
-def _schema_text(schema: dict | None) -> str:
+def _schema_text(schema: dict[str, Any] | None) -> str:
     """The JSON of a schema, rendered once: a table's schema repeats in every record of the table."""
     if schema is None:
         return "null"
@@ -89,7 +89,7 @@ def _schema_text(schema: dict | None) -> str:
     return text
 
 
-def render(schema: dict | None, payload: Any) -> bytes | None:
+def render(schema: dict[str, Any] | None, payload: Any) -> bytes | None:
     """One key or value as JsonConverter (schemas.enable=true) writes it; None stays a null record."""
     if payload is None and schema is None:
         return None

@@ -8,6 +8,7 @@ the emitter feeds both output modes. Outputs are Records: a topic and Connect-le
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from processor.core.debezium import source_blocks as sb
 from processor.core.debezium.schemas import SchemaBook, TableSchema, avro_name
@@ -69,10 +70,10 @@ class NotAChange(ValueError):
 @dataclass(frozen=True)
 class Record:
     topic: str
-    key_schema: dict | None
-    key: dict | None
-    value_schema: dict | None
-    value: dict | None  # None: a tombstone
+    key_schema: dict[str, Any] | None
+    key: dict[str, Any] | None
+    value_schema: dict[str, Any] | None
+    value: dict[str, Any] | None  # None: a tombstone
 
 
 class DebeziumRecords:
@@ -83,7 +84,7 @@ class DebeziumRecords:
             raise ValueError(f"unknown connector family {ctx.family!r}; one of {sb.FAMILIES}")
         self.ctx = ctx
         self.book = book
-        self._envelopes: dict[tuple[str, int], tuple[dict | None, dict]] = {}
+        self._envelopes: dict[tuple[str, int], tuple[dict[str, Any] | None, dict[str, Any]]] = {}
 
     # ---- names -------------------------------------------------------------------------------
 
@@ -100,7 +101,7 @@ class DebeziumRecords:
 
     # ---- schemas -----------------------------------------------------------------------------
 
-    def schemas(self, schema: TableSchema) -> tuple[dict | None, dict]:
+    def schemas(self, schema: TableSchema) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """(Key schema, Envelope schema) of one table schema version, built once."""
         cached = self._envelopes.get((schema.table, schema.version))
         if cached is not None:
@@ -128,7 +129,7 @@ class DebeziumRecords:
 
     # ---- records -----------------------------------------------------------------------------
 
-    def change(self, change: dict, now_ms: int) -> Record:
+    def change(self, change: dict[str, Any], now_ms: int) -> Record:
         """One row change (op c/u/d) or truncate (t). Raises RowMismatch for a row that does not fit."""
         op = change["op"]
         if op not in OPS:
@@ -171,7 +172,7 @@ class DebeziumRecords:
         """The null-value record after a delete, on the same topic and key (for compaction)."""
         return Record(change_record.topic, change_record.key_schema, change_record.key, None, None)
 
-    def transaction(self, event: dict) -> Record:
+    def transaction(self, event: dict[str, Any]) -> Record:
         """BEGIN or END on <prefix>.transaction, from a txbuffer TransactionEvent."""
         tid = sb.transaction_id(self.ctx.family, event["id"], event["commit_scn"])
         collections = event.get("data_collections")
@@ -186,7 +187,7 @@ class DebeziumRecords:
         }
         return Record(self.transaction_topic, TRANSACTION_KEY, {"id": tid}, TRANSACTION_VALUE, value)
 
-    def row_records(self, change: dict, now_ms: int, tombstones: bool) -> list[Record]:
+    def row_records(self, change: dict[str, Any], now_ms: int, tombstones: bool) -> list[Record]:
         """Every record of one change, as Debezium writes them: a delete may be followed by a
         tombstone, and an update that changes the primary key becomes delete (+ tombstone) of the
         old key, then create of the new one."""

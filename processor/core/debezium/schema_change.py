@@ -6,6 +6,8 @@ connectors do. txbuffer emits one for every DDL event, with the table's new colu
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor.core.debezium import source_blocks as sb
 from processor.core.debezium.envelope import DebeziumRecords, Record
 from processor.core.debezium.schemas import TableSchema
@@ -33,11 +35,11 @@ _JDBC = {
 }
 
 
-def _opt(kind: str, name: str, **extra: object) -> dict:
+def _opt(kind: str, name: str, **extra: object) -> dict[str, Any]:
     return {"type": kind, "optional": True, **extra, "field": name}
 
 
-def _req(kind: str, name: str, **extra: object) -> dict:
+def _req(kind: str, name: str, **extra: object) -> dict[str, Any]:
     return {"type": kind, "optional": False, **extra, "field": name}
 
 
@@ -73,7 +75,7 @@ CHANGE = {
 }
 
 
-def value_schema(family: str) -> dict:
+def value_schema(family: str) -> dict[str, Any]:
     connector = sb.CONNECTOR_NAMES[family]
     return {
         "type": "struct",
@@ -91,7 +93,7 @@ def value_schema(family: str) -> dict:
     }
 
 
-def key_schema(family: str) -> dict:
+def key_schema(family: str) -> dict[str, Any]:
     return {
         "type": "struct",
         "fields": [_req("string", "databaseName")],
@@ -101,7 +103,7 @@ def key_schema(family: str) -> dict:
     }
 
 
-def _columns(schema: TableSchema) -> list[dict]:
+def _columns(schema: TableSchema) -> list[dict[str, Any]]:
     out = []
     for position, col in enumerate(schema.columns, 1):
         connect = col.type.connect
@@ -118,7 +120,9 @@ def _columns(schema: TableSchema) -> list[dict]:
     return out
 
 
-def schema_change_record(records: DebeziumRecords, change: dict, schema: TableSchema | None, now_ms: int) -> Record:
+def schema_change_record(
+    records: DebeziumRecords, change: dict[str, Any], schema: TableSchema | None, now_ms: int
+) -> Record:
     ctx = records.ctx
     src = change["source"]
     table = src["table"] or ""

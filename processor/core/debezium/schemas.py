@@ -30,7 +30,7 @@ class TableSchema:
     key: tuple[str, ...]
     version: int = 1
     fallbacks: tuple[str, ...] = ()  # columns whose source type was unknown (kept as string)
-    _by_name: dict = field(default_factory=dict, compare=False, repr=False)
+    _by_name: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name.update({c.name: c for c in self.columns})
@@ -46,18 +46,18 @@ class TableSchema:
     def column(self, name: str) -> Column | None:
         return self._by_name.get(name)
 
-    def key_connect(self, record_name: str) -> dict | None:
+    def key_connect(self, record_name: str) -> dict[str, Any] | None:
         """The Connect schema of the Key record, or None for a table without a key (null keys)."""
         if not self.key:
             return None
         fields = [_field(self._by_name[k], optional=False) for k in self.key]
         return {"type": "struct", "fields": fields, "optional": False, "name": record_name}
 
-    def value_connect(self, record_name: str) -> dict:
+    def value_connect(self, record_name: str) -> dict[str, Any]:
         fields = [_field(c, optional=c.optional and c.name not in self.key) for c in self.columns]
         return {"type": "struct", "fields": fields, "optional": True, "name": record_name}
 
-    def row(self, image: dict | None, partial: bool = False) -> dict | None:
+    def row(self, image: dict[str, Any] | None, partial: bool = False) -> dict[str, Any] | None:
         """A RawEvent row image -> the typed Value payload (Connect values), in column order.
 
         partial: a before image under REPLICA IDENTITY DEFAULT carries the key columns only; the
@@ -82,7 +82,7 @@ class TableSchema:
                 raise RowMismatch(f"column {col.name!r} ({col.type.name}): {exc}") from None
         return out
 
-    def key_payload(self, key: dict | None) -> dict | None:
+    def key_payload(self, key: dict[str, Any] | None) -> dict[str, Any] | None:
         if not self.key:
             return None
         key = key or {}
@@ -97,7 +97,7 @@ class TableSchema:
         return out
 
 
-def _field(col: Column, optional: bool) -> dict:
+def _field(col: Column, optional: bool) -> dict[str, Any]:
     return {**col.type.connect, "optional": optional, "field": col.name}
 
 
@@ -123,7 +123,12 @@ class SchemaBook:
         self._pg_columns: dict[str, str] = {}  # table -> the attrs["pg_columns"] text its schema came from
 
     def for_change(
-        self, table: str, key: dict | None, before: dict | None, after: dict | None, attrs: dict
+        self,
+        table: str,
+        key: dict[str, Any] | None,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        attrs: dict[str, Any],
     ) -> TableSchema:
         """The schema of one change: typed by the source when it says (PostgreSQL's attrs["pg_columns"],
         parsed once per distinct text), else from the catalogue and the row's values."""
@@ -135,7 +140,9 @@ class SchemaBook:
                 self.set_columns(table, *parsed)
         return self.for_row(table, key, before, after)
 
-    def for_row(self, table: str, key: dict | None, before: dict | None, after: dict | None) -> TableSchema:
+    def for_row(
+        self, table: str, key: dict[str, Any] | None, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> TableSchema:
         """The table's schema, created or widened so that this row's columns all have a type."""
         current = self.tables.get(table)
         if current is None:
@@ -150,7 +157,9 @@ class SchemaBook:
         self.tables[table] = widened
         return widened
 
-    def _initial(self, table: str, key: dict | None, before: dict | None, after: dict | None) -> TableSchema:
+    def _initial(
+        self, table: str, key: dict[str, Any] | None, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> TableSchema:
         known = self.catalogue.get(table)
         if known is not None:
             fallbacks = tuple(c.name for c in known.columns if c.type.fallback)
@@ -233,7 +242,7 @@ def pg_ddl_columns(ddl: str | None) -> tuple[tuple[Column, ...], tuple[str, ...]
     return cols, key
 
 
-def _first_value(name: str, *images: dict | None) -> Any:
+def _first_value(name: str, *images: dict[str, Any] | None) -> Any:
     for image in images:
         if image and image.get(name) is not None:
             return image[name]

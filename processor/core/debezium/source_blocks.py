@@ -15,7 +15,7 @@ FAMILIES = ("postgresql", "oracle", "ibmi")
 SNAPSHOT_VALUES = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
 
 
-def _f(kind: str, field: str, optional: bool = True, **extra: Any) -> dict:
+def _f(kind: str, field: str, optional: bool = True, **extra: Any) -> dict[str, Any]:
     return {"type": kind, "optional": optional, **extra, "field": field}
 
 
@@ -74,7 +74,7 @@ _SCHEMA_NAMES = {
 CONNECTOR_NAMES = {"postgresql": "postgresql", "oracle": "oracle", "ibmi": "db2as400"}
 
 
-def source_connect(family: str) -> dict:
+def source_connect(family: str) -> dict[str, Any]:
     """The Connect schema of the family's source block."""
     return {
         "type": "struct",
@@ -96,12 +96,12 @@ class SourceContext:
 
 def _int_or_none(value: str | None) -> int | None:
     try:
-        return int(value) if value not in (None, "") else None
+        return None if value is None or value == "" else int(value)
     except ValueError:
         return None
 
 
-def _postgresql(src: dict, attrs: dict) -> dict:
+def _postgresql(src: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     return {
         "sequence": json.dumps([str(src["commit_scn"]), str(src["scn"])], separators=(",", ":")),
         "txId": _int_or_none(src["xid"]),
@@ -110,7 +110,7 @@ def _postgresql(src: dict, attrs: dict) -> dict:
     }
 
 
-def _oracle(src: dict, attrs: dict) -> dict:
+def _oracle(src: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     return {
         "sequence": None,
         "txId": src["xid"],
@@ -126,7 +126,7 @@ def _oracle(src: dict, attrs: dict) -> dict:
     }
 
 
-def _ibmi(src: dict, attrs: dict) -> dict:
+def _ibmi(src: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     receiver = attrs.get("receiver") or ""
     library, _, name = receiver.rpartition("/")
     return {
@@ -142,10 +142,16 @@ def _ibmi(src: dict, attrs: dict) -> dict:
     }
 
 
-_BUILDERS: dict[str, Callable[[dict, dict], dict]] = {"postgresql": _postgresql, "oracle": _oracle, "ibmi": _ibmi}
+_BUILDERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+    "postgresql": _postgresql,
+    "oracle": _oracle,
+    "ibmi": _ibmi,
+}
 
 
-def source_payload(ctx: SourceContext, src: dict, schema_name: str, table_name: str, snapshot: bool = False) -> dict:
+def source_payload(
+    ctx: SourceContext, src: dict[str, Any], schema_name: str, table_name: str, snapshot: bool = False
+) -> dict[str, Any]:
     """The source block of one change; src is the txbuffer ChangeEvent's `source` record."""
     attrs = src.get("attrs") or {}
     ts_ms = src["commit_ts_ms"]

@@ -27,7 +27,7 @@ class TypeMismatch(ValueError):
 @dataclass(frozen=True)
 class ColumnType:
     name: str  # our vocabulary, e.g. "numeric(10,2)", "timestamptz", "int4[]"
-    connect: dict = field(hash=False)  # Connect schema without optional/field
+    connect: dict[str, Any] = field(hash=False)  # Connect schema without optional/field
     convert: Callable[[Any], Any] = field(hash=False, compare=False)
     fallback: bool = False  # an unknown source type, mapped to string
 
@@ -238,8 +238,8 @@ def _enum(allowed: tuple[str, ...]) -> Callable[[Any], str]:
 _ARRAY_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,{}"]*?))\s*(?:,|$)')
 
 
-def _array(element: ColumnType) -> Callable[[Any], list]:
-    def convert(raw: Any) -> list:
+def _array(element: ColumnType) -> Callable[[Any], list[Any]]:
+    def convert(raw: Any) -> list[Any]:
         if isinstance(raw, list):
             items: list[Any] = raw
         elif isinstance(raw, str) and raw.startswith("{") and raw.endswith("}"):
@@ -268,7 +268,7 @@ def _array(element: ColumnType) -> Callable[[Any], list]:
 # ---- the vocabulary ---------------------------------------------------------------------------
 
 
-def _logical(connect_type: str, name: str | None = None, **parameters: str) -> dict:
+def _logical(connect_type: str, name: str | None = None, **parameters: str) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": connect_type}
     if name:
         schema.update({"name": name, "version": 1})
