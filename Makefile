@@ -38,12 +38,13 @@ lint: venv
 	$(VENV)/bin/mypy
 
 ## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
+# TXBUFFER_CODEC=compiled: a failed codec build fails the suite instead of falling back to fastavro.
 test: setup
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests
+	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 ## Unit tests only (no broker): seconds.
 test-fast: venv
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 ## End to end on the embedded Apache Kafka broker: generate, buffer, emit, verify, land with Spark.
 demo: setup
@@ -56,11 +57,12 @@ bench: setup
 
 ## The kill campaign (see docs/reliability.md).
 chaos: setup
-	$(PY) -m bench.chaos --events 1000000 --kills 20 --instances 3
+	$(PY) -m bench.chaos --events 1000000 --kills 20 --instances 3 --broker-kills 2 --guarantee both
+	$(PY) -m bench.chaos --storm
 
 ## Fuzzed input (see docs/reliability.md).
 fuzz: setup
-	$(PY) -m bench.fuzz
+	$(PY) -m bench.fuzz --records 100000
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

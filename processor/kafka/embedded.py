@@ -69,7 +69,7 @@ DEFAULT_CONFIG = {
 # measure a long-running one with C2.
 JVM_FLAGS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 
-_running: "weakref.WeakSet[EmbeddedKafka]" = weakref.WeakSet()
+_running: weakref.WeakSet[EmbeddedKafka] = weakref.WeakSet()
 
 
 def free_port() -> int:
@@ -142,7 +142,7 @@ class EmbeddedKafka:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 60.0) -> "EmbeddedKafka":
+    def start(self, timeout_s: float = 60.0) -> EmbeddedKafka:
         if self.running():
             return self
         libs = jars.ensure_bundle("kafka", KAFKA_VERSION, jars.bundle_pom("kafka"))
@@ -169,7 +169,10 @@ class EmbeddedKafka:
             with open(self.data_dir / "jvm.out", "ab") as out:
                 self.process = subprocess.Popen(
                     [*java, "kafka.Kafka", str(props)],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
                 )
             _running.add(self)
             self._wait_ready(timeout_s)
@@ -177,8 +180,14 @@ class EmbeddedKafka:
             self.stop()  # no JVM left behind; a temporary data dir goes too (the error has the log tail)
             raise
         self.version = self._logged_version(log_offset)
-        log.info("kafka.started", bootstrap=self.bootstrap, version=self.version, pid=self.process.pid,
-                 seconds=round(time.monotonic() - started, 2), data_dir=str(self.data_dir))
+        log.info(
+            "kafka.started",
+            bootstrap=self.bootstrap,
+            version=self.version,
+            pid=self.process.pid,
+            seconds=round(time.monotonic() - started, 2),
+            data_dir=str(self.data_dir),
+        )
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -198,7 +207,7 @@ class EmbeddedKafka:
             self.process.wait()
             log.info("kafka.killed", bootstrap=self.bootstrap)
 
-    def restart(self, timeout_s: float = 60.0) -> "EmbeddedKafka":
+    def restart(self, timeout_s: float = 60.0) -> EmbeddedKafka:
         """Stop (if running) and start again on the same data dir and ports."""
         self._terminate(30.0)
         return self.start(timeout_s)
@@ -210,7 +219,7 @@ class EmbeddedKafka:
     def resume(self) -> None:
         os.kill(self.process.pid, signal.SIGCONT)
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -222,8 +231,10 @@ class EmbeddedKafka:
         """The broker's server.properties: listeners and KRaft quorum, DEFAULT_CONFIG, then
         each extra listener's scoped settings, then extra_config (which wins)."""
         host = "127.0.0.1"
-        endpoints = {BROKER_LISTENER: (BROKER_LISTENER, self.port),
-                     CONTROLLER_LISTENER: ("PLAINTEXT", self.controller_port)}
+        endpoints = {
+            BROKER_LISTENER: (BROKER_LISTENER, self.port),
+            CONTROLLER_LISTENER: ("PLAINTEXT", self.controller_port),
+        }
         endpoints.update({item.name: (item.protocol, item.port) for item in self.listeners})
         urls = ",".join(f"{name}://{host}:{port}" for name, (_, port) in endpoints.items())
         props = {
@@ -249,8 +260,17 @@ class EmbeddedKafka:
 
     def _format(self, java: list[str], props: Path) -> None:
         """Kafka's StorageTool, once per data dir: a standalone (dynamic) KRaft quorum of one."""
-        cmd = [*java, "kafka.tools.StorageTool", "format", "--cluster-id", random_cluster_id(),
-               "--config", str(props), "--standalone", *self.format_args]
+        cmd = [
+            *java,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            random_cluster_id(),
+            "--config",
+            str(props),
+            "--standalone",
+            *self.format_args,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise RuntimeError(f"kafka storage format failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")

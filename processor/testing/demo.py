@@ -15,8 +15,8 @@ from pathlib import Path
 import structlog
 from tqdm import tqdm
 
-from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.embedded import EmbeddedKafka
+from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.config import load_config
 from processor.runtime.runner import Runner
 from processor.testing.generator import WorkloadGenerator

@@ -39,12 +39,24 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0
     assert producer.flush(30) == 0
 
 
-def _read(bootstrap: str, topic: str, until: int, isolation: str = "read_committed",
-          partition: int = 0, timeout_s: float = 30.0) -> list[bytes]:
+def _read(
+    bootstrap: str,
+    topic: str,
+    until: int,
+    isolation: str = "read_committed",
+    partition: int = 0,
+    timeout_s: float = 30.0,
+) -> list[bytes]:
     """Values of `topic`[partition] from its start until the record before offset `until`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     consumer.assign([TopicPartition(topic, partition, 0)])
     values, deadline = [], time.monotonic() + timeout_s
     try:
@@ -60,8 +72,12 @@ def _read(bootstrap: str, topic: str, until: int, isolation: str = "read_committ
     raise AssertionError(f"read {values} from {topic} before timing out short of offset {until}")
 
 
-def _offsets(kafka: EmbeddedKafka, tp: TopicPartition, spec: OffsetSpec,
-             isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> int:
+def _offsets(
+    kafka: EmbeddedKafka,
+    tp: TopicPartition,
+    spec: OffsetSpec,
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+) -> int:
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     return admin.list_offsets({tp: spec}, isolation_level=isolation)[tp].result(30).offset
 
@@ -95,7 +111,13 @@ def test_read_committed_sees_committed_and_never_aborted_transactions(kafka):
     # 3 records + marker, 2 aborted + marker, 1 record + marker: the log ends at offset 9.
     assert _read(kafka.bootstrap, topic, until=8) == [b"c1", b"c2", b"c3", b"c4"]
     assert _read(kafka.bootstrap, topic, until=8, isolation="read_uncommitted") == [
-        b"c1", b"c2", b"c3", b"a1", b"a2", b"c4"]
+        b"c1",
+        b"c2",
+        b"c3",
+        b"a1",
+        b"a2",
+        b"c4",
+    ]
     assert _offsets(kafka, TopicPartition(topic, 0), OffsetSpec.latest()) == 9
 
 
@@ -182,6 +204,5 @@ def test_extra_listener_serves_clients_and_stop_leaves_no_jvm():
         del admin
     assert broker.process.returncode is not None
     assert not psutil.pid_exists(pid)
-    assert not any(str(data_dir) in " ".join(p.info["cmdline"] or [])
-                   for p in psutil.process_iter(["cmdline"]))
+    assert not any(str(data_dir) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
     assert not data_dir.exists()
