@@ -57,6 +57,8 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
         value = store.get(keys.event_key(txn.prefix, keys.seq_of(pointer)))
         if value is None:
             continue  # the fragment itself was rolled back
+        if stored.op_of(value) not in ev.FRAGMENT_OPS:
+            continue  # a later event reused the fragment's seq and replaced it: the pointer is stale
         fragment = ev.decode_raw(stored.raw_of(value))
         if change.decoded is None:
             change.decoded = ev.decode_raw(change.raw)

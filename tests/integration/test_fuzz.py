@@ -12,11 +12,6 @@ from bench.fuzz import MUTATIONS, fuzz, table
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="engine crash found by this test (seed 21): a change reusing an earlier fragment's seq; see "
-    "tests/unit/test_decoder_fuzz.py::test_change_reusing_a_fragments_seq_replaces_the_fragment",
-)
 def test_fuzzed_input_never_crashes_and_matches_the_reference(broker, tmp_path):
     report = fuzz(broker.bootstrap, records=8_000, seed=21, bad_rate=0.2, workdir=tmp_path, timeout_s=600)
     text = table(report) + f"\nsamples: {report.samples}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -97,12 +96,6 @@ def test_engine_never_crashes_and_agrees_with_the_reference_on_mutated_streams(i
     assert sorted(run.changes, key=lambda c: c["event_id"]) == sorted(expected, key=lambda c: c["event_id"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug found by bench.fuzz: a change that reuses an earlier fragment's seq replaces the stored "
-    "event but the fragment's link to its target survives, so the change is merged as a fragment "
-    "(lob_column None -> after[None]) and encoding the output crashes the processor",
-)
 def test_change_reusing_a_fragments_seq_replaces_the_fragment():
     feed = [
         R("x", ev.BEGIN, 0),
