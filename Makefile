@@ -40,7 +40,7 @@ lint: venv
 ## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
 # TXBUFFER_CODEC=compiled: a failed codec build fails the suite instead of falling back to fastavro.
 test: setup
-	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -rs -p no:cacheprovider tests
+	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -rs --durations=30 -p no:cacheprovider tests
 
 ## Unit tests only (no broker): seconds.
 test-fast: venv
