@@ -17,6 +17,7 @@ import structlog
 from processor.kafka.admin import KafkaAuthError, KafkaUnavailable
 from processor.kafka.client_config import parse_pairs
 from processor.runtime.config import ConfigError, ProcessorConfig, load_config
+from processor.runtime.liveness import AvailableNowTimeout
 from processor.store.rocks import StoreWriteError
 
 log = structlog.get_logger(__name__)
@@ -26,6 +27,8 @@ EXIT_KAFKA_UNAVAILABLE = 3
 # The state store refused a write (disk full, I/O error); no input offset past what it holds was
 # committed, so a restart once there is space resumes with nothing lost.
 EXIT_STATE_STORE = 4
+# --available-now found no way to finish within available_now_timeout_ms (e.g. never assigned).
+EXIT_AVAILABLE_NOW_TIMEOUT = 6
 
 # Config fields every Kafka-using command accepts; `run` accepts all fields.
 CONNECTION_FIELDS = ("bootstrap", "kafka", "client_properties", "replication_factor")
@@ -91,7 +94,8 @@ def raw_topic_writer(args: argparse.Namespace, source: str) -> Any:
 
 def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A bad setting exits 2, a broker that refuses or does not answer exits 3, a state store that refuses
-    a write (disk full) exits 4, each with the reason logged."""
+    a write (disk full) exits 4, an --available-now run that cannot finish in time exits 6, each with the
+    reason logged."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
@@ -106,5 +110,8 @@ def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         except StoreWriteError as exc:
             log.error("state_store.write_failed", error=str(exc), no_space=exc.no_space, free_bytes=exc.free_bytes)
             return EXIT_STATE_STORE
+        except AvailableNowTimeout as exc:
+            log.error("run.failed", error_type=type(exc).__name__, error=str(exc))  # liveness logged the details
+            return EXIT_AVAILABLE_NOW_TIMEOUT
 
     return run

@@ -77,7 +77,7 @@ def test_available_now_without_a_partition_warns_then_fails_after_its_timeout(br
             time.sleep(0.5)
         elapsed = time.monotonic() - started
         assert waiter.poll() is not None, "the --available-now instance is still waiting after 120 s"
-        assert waiter.returncode != 0, waiter_log.read_text()[-2000:]
+        assert waiter.returncode == 6, waiter_log.read_text()[-2000:]  # EXIT_AVAILABLE_NOW_TIMEOUT
         assert 15 <= elapsed < 90, elapsed
         timeouts = _log_events(waiter_log, "run.available_now_timeout")
         assert timeouts and "no partition of" in timeouts[-1]["reason"], waiter_log.read_text()[-2000:]
