@@ -43,7 +43,10 @@ DOCKERFILES = [ROOT / "deploy" / "Dockerfile", ROOT / "deploy" / "spark" / "Dock
 K8S_VERSIONS = ["1.29.0", kubernetes_validate.utils.latest_version()]
 
 # TXBUFFER_* variables that are not ProcessorConfig fields, with the module that reads each.
-NON_CONFIG_ENV = {"TXBUFFER_SCHEMAS": ROOT / "processor" / "core" / "events.py"}
+NON_CONFIG_ENV = {
+    "TXBUFFER_SCHEMAS": ROOT / "processor" / "core" / "events.py",
+    "TXBUFFER_SPARK_JARS": ROOT / "processor" / "spark" / "session.py",
+}
 
 TXBUFFER_IMAGES = {"txbuffer:0.1.0"}
 SPARK_IMAGES = {"txbuffer-spark:0.1.0"}
@@ -171,7 +174,10 @@ def test_compose_services_start_in_order_and_reference_declared_things():
     assert services["kafka"]["image"].startswith("apache/kafka:") and not services["kafka"]["image"].endswith(":latest")
     assert services["processor"]["depends_on"]["kafka-init"]["condition"] == "service_completed_successfully"
     assert services["spark"]["depends_on"]["processor"]["condition"] == "service_healthy"
-    assert "spark-sql-kafka-0-10_2.13:4.0." in services["spark"]["environment"]["PYSPARK_SUBMIT_ARGS"]
+    # The connectors are in the Spark image (resolved from deploy/maven/spark/pom.xml at build time), not
+    # fetched with --packages at run time; the service runs the job on the image it builds.
+    assert "PYSPARK_SUBMIT_ARGS" not in (services["spark"].get("environment") or {})
+    assert services["spark"]["command"][:2] == ["txbuffer", "spark"]
     assert services["postgres"]["profiles"] == ["postgres"] and services["capture"]["profiles"] == ["postgres"]
     assert services["kafka-ui"]["profiles"] == ["ui"]
 
@@ -342,7 +348,8 @@ def test_spark_application_uses_known_operator_fields():
     for role in ("driver", "executor"):
         assert set(app["spec"][role]) <= SPARK_APP_POD_FIELDS, set(app["spec"][role]) - SPARK_APP_POD_FIELDS
     assert app["spec"]["type"] == "Python" and app["spec"]["mode"] == "cluster"
-    assert any("spark-sql-kafka-0-10_2.13:4.0." in p for p in app["spec"]["deps"]["packages"])
+    assert "deps" not in app["spec"] or "packages" not in app["spec"]["deps"]  # no Ivy: the image has the jars
+    assert app["spec"]["image"] in SPARK_IMAGES
     mounted = {m["name"] for role in ("driver", "executor") for m in app["spec"][role]["volumeMounts"]}
     assert mounted <= {v["name"] for v in app["spec"]["volumes"]}
     assert app["spec"]["driver"]["serviceAccount"] in {d["metadata"]["name"] for d in k8s_by_kind("ServiceAccount")}
@@ -351,7 +358,7 @@ def test_spark_application_uses_known_operator_fields():
 def test_spark_submit_script_targets_the_built_image_and_service_account():
     text = SPARK_SUBMIT.read_text()
     assert "--deploy-mode cluster" in text and "local:///opt/txbuffer/spark_main.py" in text
-    assert "spark-sql-kafka-0-10_2.13:4.0." in text
+    assert "--jars" in text and "connector_jars" in text  # outside k8s: the cached Maven bundle's jars
     assert "serviceAccountName=txbuffer-spark" in text
     assert (ROOT / "deploy" / "spark" / "spark_main.py").is_file()
 
@@ -529,3 +536,18 @@ def test_sizing_example_table_matches_the_script():
         s = sizing.size(1_000_000, throughput, 300)
         row = f"| {throughput:,} | 300 | {s.instances} | {s.partitions} | {s.disk_gib}Gi |"
         assert row in text, row
+
+
+def test_spark_connectors_are_pinned_to_the_pinned_pyspark():
+    """One Spark release everywhere: the pom the image and the local cache resolve, and the pyspark pin."""
+    import re
+    import tomllib
+
+    pom = (ROOT / "deploy" / "maven" / "spark" / "pom.xml").read_text()
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["spark"]
+    (pyspark,) = [re.fullmatch(r"pyspark==(\S+)", p).group(1) for p in pins if p.startswith("pyspark")]
+    assert f"<spark.version>{pyspark}</spark.version>" in pom
+    for artifact in ("spark-sql-kafka-0-10_2.13", "spark-avro_2.13", "delta-spark_2.13"):
+        assert f"<artifactId>{artifact}</artifactId>" in pom
+    dockerfile = (ROOT / "deploy" / "spark" / "Dockerfile").read_text()
+    assert "COPY deploy/maven/spark/pom.xml" in dockerfile and "dependency:copy-dependencies" in dockerfile
