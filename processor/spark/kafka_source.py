@@ -114,67 +114,38 @@ def rate_limit(start: dict[tuple[str, int], int], end: dict[tuple[str, int], int
 
 
 class KafkaClient:
-    """Offset queries on one lazily created consumer (never pickled)."""
+    """Offset queries for the driver, through the one Kafka layer (processor.kafka.end_offsets).
+
+    ListOffsets answers the true log start and end on Apache Kafka; the AdminClient it uses is
+    created per call and never pickled with the reader."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 10.0):
-        from confluent_kafka import Consumer
-
+        self.bootstrap = bootstrap
         self.timeout_s = timeout_s
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, **_CONSUMER_CONF})
 
     def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
-        out = []
+        from processor.kafka.end_offsets import topic_partitions
+
+        out: list[tuple[str, int]] = []
         for topic in topics:
-            md = self.consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
-            if md is None or md.error is not None or not md.partitions:
-                raise LookupError(f"{SOURCE_NAME}: topic {topic!r} does not exist")
-            out += [(topic, p) for p in sorted(md.partitions)]
+            try:
+                out += topic_partitions(self.bootstrap, topic, self.timeout_s)
+            except LookupError as exc:
+                raise LookupError(f"{SOURCE_NAME}: {exc}") from exc
         return out
 
     def log_starts(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        from confluent_kafka import TopicPartition
+        from processor.kafka.end_offsets import list_offsets
 
-        return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self.timeout_s)[0] for tp in tps}
+        return list_offsets(self.bootstrap, tps, "earliest", self.timeout_s)
 
     def log_ends(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """True end offsets.
+        from processor.kafka.end_offsets import list_offsets
 
-        Some brokers (Tansu) answer ListOffsets with the base offset of the last batch, so we
-        fetch from just before it and take the high watermark of the fetch response.
-        """
-        from confluent_kafka import TopicPartition
-
-        ends, probe = {}, {}
-        for tp in tps:
-            low, listed = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self.timeout_s)
-            ends[tp] = listed
-            if listed > low:
-                probe[tp] = listed - 1
-        if not probe:
-            return ends
-        self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in probe.items()])
-        pending = set(probe)
-        deadline = time.monotonic() + self.timeout_s
-        try:
-            while pending and time.monotonic() < deadline:
-                for msg in self.consumer.consume(len(pending) * 64, 0.2):
-                    if msg.error():
-                        continue
-                    tp = (msg.topic(), msg.partition())
-                    ends[tp] = max(ends[tp], msg.offset() + 1)
-                    pending.discard(tp)
-            for tp in probe:
-                hw = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                if hw and hw[1] > ends[tp]:
-                    ends[tp] = hw[1]
-        finally:
-            self.consumer.unassign()
-        if pending:
-            raise TimeoutError(f"{SOURCE_NAME}: could not confirm the end offset of {sorted(pending)}")
-        return ends
+        return list_offsets(self.bootstrap, tps, "latest", self.timeout_s)
 
     def close(self) -> None:
-        self.consumer.close()
+        """Nothing to release: every query uses a short-lived admin client."""
 
 
 class KafkaStreamReader(DataSourceStreamReader):
