@@ -606,7 +606,10 @@ def test_slot_advances_while_only_another_database_is_written(postgres, broker, 
     assert end_lsn - start_lsn > (wal_end - wal_start) // 2
     # Retained WAL ends where it started; meanwhile it only spans the gap between two xl_running_xacts
     # records (restart_lsn moves with them), never the WAL written.
-    assert end_retained <= max(start_retained, 16 << 20)
+    # restart_lsn only moves at an xl_running_xacts record, which the bgwriter logs every 15 s, so up to
+    # ~20 s of this test's WAL (a third of 60 s) may be retained at the end; a slot that did not advance
+    # would retain all of it.
+    assert end_retained <= max(start_retained, 16 << 20, (wal_end - wal_start) // 3)
     assert max(retained) <= (wal_end - wal_start) * 0.6
 
 
