@@ -318,27 +318,8 @@ class Bench:
         proc = self.processor(name, raw, f"bench-{name}", available_now=False, ordering=ordering)
         proc.wait_marker("partition.assigned", 120)
         time.sleep(1.0)
-        commit_ms: dict[str, float] = {}
-        t0 = time.monotonic()
-        i, n = 0, len(evs)
-        last_hb = t0
-        while i < n:
-            now = time.monotonic()
-            due = min(n, int((now - t0) * rate) + 1)
-            while i < due:
-                xid, value, kind = evs[i]
-                writer.write_encoded(xid, value)
-                if kind == "commit":
-                    commit_ms[xid] = time.time() * 1000
-                i += 1
-            if now - last_hb >= 0.1:
-                writer.heartbeat(src.enc.scn, ts_ms=int(time.time() * 1000))
-                last_hb = now
-            writer.producer.poll(0)
-            time.sleep(0.0005)
-        offered_s = time.monotonic() - t0
-        writer.heartbeat(src.enc.scn + 1, ts_ms=int(time.time() * 1000))
-        writer.flush(60)
+        commit_ms, offered_s = wl.feed_paced(writer, src, evs, rate)
+        n = len(evs)
         ends: dict[str, int] = {}
         deadline = time.monotonic() + max(120.0, 4 * seconds)
         while time.monotonic() < deadline:

@@ -279,3 +279,30 @@ def write_open_only(
 def avoiding_partition(idle: int, partitions: int) -> Callable[[str], bool]:
     """An XID filter that keeps partition `idle` free of transactions."""
     return lambda xid: partition_of(xid, partitions) != idle
+
+
+def feed_paced(writer: RawTopicWriter, src: SmallTxns, evs: list, rate: float) -> tuple[dict[str, float], float]:
+    """Produce pre-encoded events at `rate` events/s, with a heartbeat every 100 ms, then flush.
+
+    Returns the wall-clock instant (ms) each COMMIT was produced, by XID, and the seconds it took."""
+    commit_ms: dict[str, float] = {}
+    t0 = time.monotonic()
+    i, n, last_hb = 0, len(evs), t0
+    while i < n:
+        now = time.monotonic()
+        due = min(n, int((now - t0) * rate) + 1)
+        while i < due:
+            xid, value, kind = evs[i]
+            writer.write_encoded(xid, value)
+            if kind == "commit":
+                commit_ms[xid] = time.time() * 1000
+            i += 1
+        if now - last_hb >= 0.1:
+            writer.heartbeat(src.enc.scn, ts_ms=int(time.time() * 1000))
+            last_hb = now
+        writer.producer.poll(0)
+        time.sleep(0.0005)
+    offered_s = time.monotonic() - t0
+    writer.heartbeat(src.enc.scn + 1, ts_ms=int(time.time() * 1000))
+    writer.flush(60)
+    return commit_ms, offered_s
