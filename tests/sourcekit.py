@@ -3,8 +3,31 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from processor.testing.reference import ReferenceModel
+
+# The sample source logs and their expected output.
+DATA = Path(__file__).resolve().parent / "data"
+# The RawEvent fields the replay tests compare (the rest are source-specific or defaulted).
+KEEP = (
+    "xid",
+    "op",
+    "seq",
+    "scn",
+    "thread",
+    "table",
+    "key",
+    "before",
+    "after",
+    "ddl",
+    "undo",
+    "row_id",
+    "lob_column",
+    "lob_offset",
+    "lob_data",
+    "lob_length",
+)
 
 
 def table_state(model: ReferenceModel) -> dict:

@@ -1,7 +1,6 @@
 """IBM i journal replay: commitment control, record images, rollback images as undo, DLQ cases."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -10,27 +9,7 @@ from processor.sources.ibmi import IbmiMapper
 from processor.sources.replay import SourceRow, map_rows, read_rows
 from processor.testing.reference import ReferenceModel
 
-from ..sourcekit import table_state
-
-DATA = Path(__file__).resolve().parent.parent / "data"
-KEEP = (
-    "xid",
-    "op",
-    "seq",
-    "scn",
-    "thread",
-    "table",
-    "key",
-    "before",
-    "after",
-    "ddl",
-    "undo",
-    "row_id",
-    "lob_column",
-    "lob_offset",
-    "lob_data",
-    "lob_length",
-)
+from ..sourcekit import DATA, KEEP, table_state
 
 
 def run(entries, mapper=None):

@@ -6,7 +6,6 @@ reference model of the transaction semantics, and the resulting tables are check
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -16,27 +15,7 @@ from processor.sources.oracle import OracleMapper, join_continuations
 from processor.sources.replay import SourceRow, map_rows, read_rows
 from processor.testing.reference import ReferenceModel
 
-from ..sourcekit import table_state
-
-DATA = Path(__file__).resolve().parent.parent / "data"
-KEEP = (
-    "xid",
-    "op",
-    "seq",
-    "scn",
-    "thread",
-    "table",
-    "key",
-    "before",
-    "after",
-    "ddl",
-    "undo",
-    "row_id",
-    "lob_column",
-    "lob_offset",
-    "lob_data",
-    "lob_length",
-)
+from ..sourcekit import DATA, KEEP, table_state
 
 
 def _dec(v):
