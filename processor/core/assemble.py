@@ -59,9 +59,9 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
             continue  # the fragment itself was rolled back
         if stored.op_of(value) not in ev.FRAGMENT_OPS:
             continue  # a later event reused the fragment's seq and replaced it: the pointer is stale
-        fragment = ev.decode_raw(stored.raw_of(value))
+        fragment = codec.decode_raw(stored.raw_of(value))
         if change.decoded is None:
-            change.decoded = ev.decode_raw(change.raw)
+            change.decoded = codec.decode_raw(change.raw)
         after = dict(change.decoded["after"] or {})
         column = fragment["lob_column"]
         after[column] = apply_fragment(after.get(column), fragment)

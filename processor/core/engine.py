@@ -221,9 +221,13 @@ class PartitionEngine:
         change, so this reads a handful of events and keeps the per-change path free of an index."""
         self.flush_data()
         for _, value in self.store.scan_reverse(txn.prefix + keys.EVENT, keys.event_key(txn.prefix, before_seq)):
-            e = ev.decode_raw(stored.raw_of(value))
-            if e["op"] in ev.ROW_OPS and e["table"] == table and e["key"] == key and not e["undo"]:
-                return None if e["op"] == ev.DELETE else e["seq"]
+            header, raw = stored.unpack(value)  # (op, seq, scn, ts_ms, table, ...): no decode to filter
+            op, seq, event_table = header[0], header[1], header[4]
+            if op not in ev.ROW_OPS or event_table != table:
+                continue
+            e = codec.decode_raw(raw)
+            if e["key"] == key and not e["undo"]:
+                return None if op == ev.DELETE else int(seq)
         return None
 
     def _rollback_to_savepoint(
