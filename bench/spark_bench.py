@@ -69,7 +69,9 @@ def bench_spark(
     reported separately). The batch size is max_offsets_per_trigger; the trigger is available-now
     or processingTime=<interval>.
     """
-    from processor.kafka.clients import ensure_topics, make_producer, produce_all
+    from processor.kafka.admin import ensure_topics
+    from processor.kafka.client_config import make_producer
+    from processor.kafka.produce import produce_all
     from processor.spark.job import run_job, spark_session
     from processor.spark.readback import row_counts
 

@@ -101,7 +101,7 @@ def changes_topic(broker):
     """A fresh 3-partition changes topic per test."""
     import uuid
 
-    from processor.kafka.clients import ensure_topics
+    from processor.kafka.admin import ensure_topics
 
     name = f"changes-{uuid.uuid4().hex[:8]}"
     ensure_topics(broker.bootstrap, {name: 3})

@@ -214,3 +214,8 @@ def to_java_properties(conf: Mapping[str, Any]) -> dict[str, str]:
 
 def _jaas_quote(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def make_producer(client: KafkaClientConfig | str, **overrides: Any) -> Producer:
+    """An idempotent producer with the project's defaults (murmur2, bounded queue)."""
+    return as_client_config(client).producer(**overrides)

@@ -182,7 +182,7 @@ def committed_on_raw(bootstrap: str, topic: str, xid: str, timeout_s: float = 18
     from confluent_kafka import Consumer, TopicPartition
 
     from processor.kafka.admin import partition_count
-    from processor.kafka.clients import CONSUMER_DEFAULTS
+    from processor.kafka.client_config import CONSUMER_DEFAULTS
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{uuid.uuid4().hex}", **CONSUMER_DEFAULTS})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partition_count(bootstrap, topic))])

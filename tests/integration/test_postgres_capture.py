@@ -246,7 +246,8 @@ def commit_sentinel(dsn: str, table: str = "hist") -> str:
 def read_raw(bootstrap: str, topic: str, until_xid: str, timeout_s: float = 90.0) -> list[tuple[int, int, dict]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    from processor.kafka.clients import CONSUMER_DEFAULTS, partition_count
+    from processor.kafka.admin import partition_count
+    from processor.kafka.client_config import CONSUMER_DEFAULTS
 
     n = partition_count(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}", **CONSUMER_DEFAULTS})
@@ -273,7 +274,8 @@ def read_all(bootstrap: str, topic: str, quiet_s: float = 3.0, timeout_s: float 
     """Every record value of a topic: read until nothing has arrived for `quiet_s`."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from processor.kafka.clients import CONSUMER_DEFAULTS, partition_count
+    from processor.kafka.admin import partition_count
+    from processor.kafka.client_config import CONSUMER_DEFAULTS
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}", **CONSUMER_DEFAULTS})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partition_count(bootstrap, topic))])

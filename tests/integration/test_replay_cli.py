@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from processor.cli import replay as replay_cmd
 from processor.core import events
-from processor.kafka.clients import CONSUMER_DEFAULTS
+from processor.kafka.client_config import CONSUMER_DEFAULTS
 from processor.testing.reference import ReferenceModel
 
 from ..sourcekit import table_state

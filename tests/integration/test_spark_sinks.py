@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from processor.kafka.clients import make_producer, produce_all
+from processor.kafka.client_config import make_producer
+from processor.kafka.produce import produce_all
 from processor.spark.delta_sink import DeltaSinks, state_uri
 from processor.spark.job import run_job
 from processor.spark.readback import read_changelog, read_state, read_table_rows, state_tables

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from processor.kafka.clients import make_producer, produce_all
+from processor.kafka.client_config import make_producer
+from processor.kafka.produce import produce_all
 from processor.spark.kafka_source import (
     KAFKA_SCHEMA,
     KafkaOffsetOutOfRange,

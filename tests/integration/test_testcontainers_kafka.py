@@ -13,14 +13,10 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 
-from processor.kafka.clients import (
-    CONSUMER_DEFAULTS,
-    end_offsets,
-    ensure_topics,
-    make_producer,
-    partition_count,
-    produce_all,
-)
+from processor.kafka.admin import ensure_topics, partition_count
+from processor.kafka.client_config import CONSUMER_DEFAULTS, make_producer
+from processor.kafka.end_offsets import end_offsets
+from processor.kafka.produce import produce_all
 
 pytestmark = pytest.mark.integration
 

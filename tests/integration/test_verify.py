@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from processor.cli import generate as generate_cmd
 from processor.core import events
 from processor.core.partitioning import fan_out, partition_of
-from processor.kafka.clients import ensure_topics
+from processor.kafka.admin import ensure_topics
 from processor.testing import expected
 from processor.testing.generator import generate
 from processor.testing.reference import ReferenceModel
