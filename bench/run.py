@@ -31,7 +31,7 @@ from . import workloads as wl
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCHES = (
     "ceiling", "steady", "steady_eos", "peers", "workers", "huge", "many_open", "latency", "latency_curve",
-    "cold_rebuild", "ordering", "spark",
+    "cold_rebuild", "ordering", "spark", "redo", "capture",
 )  # fmt: skip
 
 SIZES = {
@@ -45,6 +45,7 @@ SIZES = {
         "ordering": 200_000,
         "ord_lat_seconds": 6,
         "spark": 100_000,
+        "capture": 20_000,  # pgbench transactions (4 row changes each)
     },
     "quick": {
         "steady": 100_000,
@@ -56,6 +57,7 @@ SIZES = {
         "ordering": 50_000,
         "ord_lat_seconds": 5,
         "spark": 20_000,
+        "capture": 5_000,
     },
 }
 
@@ -66,6 +68,7 @@ TARGETS = {
     "rss_max_mb": 300,
     "latency_p99_max_ms": 50,
     "cold_vs_steady": 1.0,  # issue 14: at least the new steady rate
+    "redo_rows_min": 50_000,  # issue 16: SQL_REDO rows per CPU second through parse_dml
 }
 
 
@@ -401,6 +404,16 @@ class Bench:
         except Exception as exc:
             return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
 
+    def redo(self, run: int) -> dict:
+        from bench import redo_bench
+
+        return redo_bench.run()
+
+    def capture(self, run: int) -> dict:
+        from bench import capture_bench
+
+        return capture_bench.run(self.bootstrap, transactions=self.sizes["capture"])
+
 
 def global_ordering_implemented() -> bool:
     """True when the processor has a code path for ordering=global beyond labelling END records."""
@@ -496,6 +509,10 @@ def checks(med: dict) -> dict:
         r = cold["events_per_s"] / steady["events_per_s"]
         lo = TARGETS["cold_vs_steady"]
         add(f"cold rebuild >= {lo}x steady", round(r, 3), lo, r >= lo, f"{r / lo:.2f}x of target")
+    redo = med.get("redo", {})
+    if redo.get("parse_dml_rows_per_s"):
+        v, lo = redo["parse_dml_rows_per_s"], TARGETS["redo_rows_min"]
+        add(f"SQL_REDO >= {lo // 1000}k rows/CPU s", round(v), lo, v >= lo, f"{v / lo:.2f}x of target")
     return c
 
 
@@ -603,6 +620,23 @@ def table(med: dict, results: dict) -> str:
             if sp.get("records_per_s")
             else f"{sp.get('status', 'n/a')}: {sp.get('reason', '')}",
         )
+    rd = med.get("redo")
+    if rd:
+        row(
+            "redo",
+            "SQL_REDO rows/CPU s, parse_dml",
+            _f(rd["parse_dml_rows_per_s"]),
+            per_run("redo", "parse_dml_rows_per_s"),
+        )
+        row(
+            "redo",
+            "fast parser alone / sqlglot alone",
+            f"{_f(rd['fast_only_rows_per_s'])} / {_f(rd['sqlglot_rows_per_s'])}",
+        )
+    ca = med.get("capture")
+    if ca:
+        row("capture", "PostgreSQL rows/s to raw topic", _f(ca["rows_per_s"]), per_run("capture", "rows_per_s"))
+        row("capture", "rows/CPU s (load avg)", f"{_f(ca['rows_per_cpu_s'])} ({ca['load_average']})")
     w = [max(len(r[i]) for r in rows + [("bench", "metric", "median", "runs")]) for i in range(4)]
     lines = [" | ".join(h.ljust(w[i]) for i, h in enumerate(("bench", "metric", "median", "runs")))]
     lines.append("-+-".join("-" * x for x in w))
@@ -740,6 +774,8 @@ def _brief(r: dict) -> dict:
             "records_per_s",
             "ratio_buffer_time",
             "ratio_emit_time",
+            "parse_dml_rows_per_s",
+            "rows_per_s",
         )
     }
 
