@@ -11,13 +11,16 @@ from __future__ import annotations
 import atexit
 import base64
 import collections
+import ctypes
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -31,6 +34,7 @@ from processor.kafka import jars
 log = structlog.get_logger(__name__)
 
 KAFKA_VERSION = "4.1.1"  # must match deploy/maven/kafka/pom.xml
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 BROKER_LISTENER = "PLAINTEXT"
 CONTROLLER_LISTENER = "CONTROLLER"
 
@@ -173,6 +177,7 @@ class EmbeddedKafka:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent(),
                 )
             _running.add(self)
             self._wait_ready(timeout_s)
@@ -329,6 +334,24 @@ class EmbeddedKafka:
                 with open(path, errors="replace") as fh:
                     parts.append(f"--- {path}\n" + "".join(collections.deque(fh, maxlen=lines)))
         return "\n".join(parts)
+
+
+def _die_with_parent():
+    """A preexec_fn that asks Linux to SIGTERM the JVM when its parent dies, even by SIGKILL (the
+    atexit hook below covers only normal exits). The kernel ties this to the thread that forks,
+    so it is set only from the main thread: a broker started from a worker thread would
+    otherwise be stopped when that thread ends."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return set_parent_death_signal
 
 
 @atexit.register

@@ -6,6 +6,8 @@ session broker other modules share.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 
@@ -206,3 +208,33 @@ def test_extra_listener_serves_clients_and_stop_leaves_no_jvm():
     assert not psutil.pid_exists(pid)
     assert not any(str(data_dir) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
     assert not data_dir.exists()
+
+
+def test_broker_jvm_dies_with_a_sigkilled_parent(tmp_path):
+    """The atexit hook cannot run on SIGKILL; the parent-death signal must stop the JVM instead."""
+    script = (
+        "import sys, time\n"
+        "from processor.kafka.embedded import EmbeddedKafka\n"
+        f"b = EmbeddedKafka(data_dir={str(tmp_path / 'kafka')!r}).start()\n"
+        "print('JVM_PID', b.process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        line = b""
+        while not line.startswith(b"JVM_PID "):  # structlog writes to stdout too
+            line = parent.stdout.readline()
+            assert line, "the parent exited before starting the broker"
+        jvm_pid = int(line.split()[1])
+        assert psutil.pid_exists(jvm_pid)
+    finally:
+        parent.kill()
+        parent.wait(10)
+    jvm = psutil.Process(jvm_pid) if psutil.pid_exists(jvm_pid) else None
+    if jvm is not None:
+        try:
+            jvm.wait(30)
+        except psutil.TimeoutExpired:
+            jvm.kill()
+            pytest.fail("the broker JVM outlived its SIGKILLed parent by 30 s")
+    assert not psutil.pid_exists(jvm_pid) or psutil.Process(jvm_pid).status() == psutil.STATUS_ZOMBIE
