@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from processor.sources import sql_redo
+from processor.sources.redo_values import SqlRedoError
 
 WORDS = ("alpha", "bravo", "O'Brien", "delta", "echo, fox", "golf", "hôtel", "india", "jul; iet", "kilo")
 # Column types and their shares: mostly numbers and strings, some dates, timestamps, RAW and LOBs.
@@ -119,7 +120,7 @@ def _fast_outcome(sql: str) -> Any:
     """The fast parser's answer: a Dml, "rejected" (the SqlRedoError sqlglot would raise), or None (declined)."""
     try:
         return sql_redo.parse_dml_fast(sql)
-    except sql_redo.SqlRedoError:
+    except SqlRedoError:
         return "rejected"
 
 
@@ -133,7 +134,7 @@ def run(rows: int = 20000, sqlglot_rows: int = 1000, seed: int = 7) -> dict:
     for s in statements:
         try:
             sql_redo.parse_dml(s)
-        except sql_redo.SqlRedoError:
+        except SqlRedoError:
             pass
     after = sql_redo.stats.as_dict()
     counts = {k: after[k] - before[k] for k in after}
@@ -141,13 +142,13 @@ def run(rows: int = 20000, sqlglot_rows: int = 1000, seed: int = 7) -> dict:
     def parse(s: str) -> None:
         try:
             sql_redo.parse_dml(s)
-        except sql_redo.SqlRedoError:
+        except SqlRedoError:
             pass
 
     def reference(s: str) -> None:
         try:
             sql_redo.parse_dml_sqlglot(s)
-        except sql_redo.SqlRedoError:
+        except SqlRedoError:
             pass
 
     parse_dml, parse_dml_wall = _rate(parse, statements)

@@ -19,6 +19,7 @@ import structlog
 
 from processor.core import events as ev
 from processor.sources import sql_redo
+from processor.sources.redo_values import SqlRedoError
 from processor.sources.replay import BadRow, SourceRow, as_int, key_of
 
 log = structlog.get_logger(__name__)
@@ -276,7 +277,7 @@ class OracleMapper:
         table = _table(row)
         try:
             dml = sql_redo.parse_dml(sql or "")
-        except sql_redo.SqlRedoError as exc:
+        except SqlRedoError as exc:
             if not undo:
                 raise BadRow(f"unparsable SQL_REDO: {exc}") from None
             # An undo row only needs its ROW_ID; losing it would commit a change Oracle rolled back.
@@ -321,7 +322,7 @@ class OracleMapper:
                 XML_BEGIN: sql_redo.parse_xml_begin,
                 EXT_BEGIN: sql_redo.parse_32k_begin,
             }[code](sql)
-        except sql_redo.SqlRedoError as exc:
+        except SqlRedoError as exc:
             raise BadRow(f"unparsable SQL_REDO: {exc}") from None
         table = _table(row) or loc.table
         row_id = row.get("ROW_ID") or loc.row_id
@@ -395,7 +396,7 @@ class OracleMapper:
                 return [self._fragment(row, xid, scn, ev.XML_WRITE, lob_offset=None, lob_data=op.data)]
             op = sql_redo.parse_32k_write(sql)
             return [self._fragment(row, xid, scn, ev.LONG_STRING_WRITE, lob_offset=None, lob_data=op.data)]
-        except sql_redo.SqlRedoError as exc:
+        except SqlRedoError as exc:
             raise BadRow(f"unparsable SQL_REDO: {exc}") from None
 
     def _end_locator(self, row: dict, xid: str, scn: int) -> list[dict]:

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from processor.sources import sql_redo
 from processor.sources.oracle import OracleMapper, join_continuations
+from processor.sources.redo_values import SqlRedoError
 from processor.sources.replay import SourceRow, map_rows, read_rows
-from processor.sources.sql_redo import SqlRedoError, parse_dml, parse_dml_fast, parse_dml_sqlglot
+from processor.sources.sql_redo import parse_dml, parse_dml_fast, parse_dml_sqlglot
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,7 +3,8 @@
 import pytest
 
 from processor.sources import sql_redo
-from processor.sources.sql_redo import SqlRedoError, parse_dml
+from processor.sources.redo_values import SqlRedoError
+from processor.sources.sql_redo import parse_dml
 
 
 def test_insert_handles_quotes_null_and_functions():
