@@ -25,7 +25,6 @@ from __future__ import annotations
 import random
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from processor.core import events
@@ -36,51 +35,31 @@ from processor.core.events import (
     DELETE,
     HEARTBEAT,
     INSERT,
-    LOB_ERASE,
-    LOB_TRIM,
-    LOB_WRITE,
-    LONG_STRING_WRITE,
     READ,
     ROLLBACK,
     ROLLBACK_TO_SAVEPOINT,
     SAVEPOINT,
     SUBTXN_ABORT,
     UPDATE,
-    XML_WRITE,
 )
 from processor.testing.expected import ExpectedWriter, dumps, key_string
+from processor.testing.tables import (
+    BULK_TABLE,
+    TABLES,
+    TableSpec,
+    lob_fragment,
+    long_tailed_size,
+    new_row,
+    row_key,
+    updated_row,
+)
 
 BASE_TS_MS = 1_700_000_000_000
-REGIONS = ("eu", "us", "apac")
 USERS = ("alice", "bob", "etl", "batch", "sys")
 CLIENTS = ("app-server", "psql", "sqlplus", "loader")
-WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
 UNDO_OP = {INSERT: DELETE, DELETE: INSERT, UPDATE: UPDATE}
 ENVELOPE = events.ENVELOPE_OP
 
-
-@dataclass(frozen=True)
-class TableSpec:
-    name: str
-    key_columns: tuple[str, ...]
-    columns: tuple[tuple[str, str], ...]  # non-key (name, kind); kind: str long double bool clob blob
-    row_ids: bool = False  # Oracle style: every change carries a row_id (undo rows need it)
-
-    @property
-    def lob_column(self) -> str | None:
-        return next((name for name, kind in self.columns if kind in ("clob", "blob")), None)
-
-
-TABLES = {
-    spec.name: spec
-    for spec in (
-        TableSpec("app.accounts", ("id",), (("owner", "str"), ("balance", "double"), ("active", "bool")), row_ids=True),
-        TableSpec("app.orders", ("region", "id"), (("status", "str"), ("qty", "long"), ("note", "str"))),
-        TableSpec("app.documents", ("id",), (("title", "str"), ("body", "clob")), row_ids=True),
-        TableSpec("app.images", ("id",), (("name", "str"), ("data", "blob"))),
-    )
-}
-BULK_TABLE = TableSpec("app.bulk", ("id",), (("payload", "str"), ("n", "long")))
 
 _TEMPLATE = events.raw_event("", BEGIN, 0, 0)  # its empty attrs dict is shared: events are read-only
 
@@ -239,7 +218,7 @@ class WorkloadGenerator:
         rng = self.rng
         xid = f"{self.xid_prefix}{self.started}"
         self.started += 1
-        size = self.huge_size if huge else _long_tailed_size(rng)
+        size = self.huge_size if huge else long_tailed_size(rng)
         commits = huge or rng.random() >= self.rollback_rate
         txn = _Txn(
             xid, size, commits, huge, USERS[int(rng.random() * len(USERS))], CLIENTS[int(rng.random() * len(CLIENTS))]
@@ -261,7 +240,7 @@ class WorkloadGenerator:
         yield from self._out(self._emit(txn, BEGIN))
         for spec in self.specs:
             for pk in range(min(self.snapshot_rows, self.keys_per_table)):
-                key, after = _key(spec, pk), _new_row(self.rng, spec, pk)
+                key, after = row_key(spec, pk), new_row(self.rng, spec, pk)
                 self.locks[(spec.name, pk)] = txn
                 txn.first_touch[(spec.name, pk)] = None
                 row_id = f"{spec.name}#{pk}" if spec.row_ids else None
@@ -403,13 +382,13 @@ class WorkloadGenerator:
         if owner is None:
             self.locks[lock_key] = txn
             txn.first_touch[lock_key] = current
-        key = _key(spec, pk)
+        key = row_key(spec, pk)
         if current is None:
-            op, before, after = INSERT, None, _new_row(rng, spec, pk)
+            op, before, after = INSERT, None, new_row(rng, spec, pk)
         elif rng.random() < 0.25:
             op, before, after = DELETE, current, None
         else:
-            op, before, after = UPDATE, current, _updated_row(rng, spec, current)
+            op, before, after = UPDATE, current, updated_row(rng, spec, current)
         row_id = f"{spec.name}#{pk}" if spec.row_ids else None
         ev = self._emit(txn, op, table=spec.name, key=key, before=before, after=after, row_id=row_id)
         yield from self._out(ev)
@@ -421,7 +400,7 @@ class WorkloadGenerator:
         if lob is not None and op != DELETE and rng.random() < self.lob_rate:
             merged = dict(after)
             for _ in range(1 + int(rng.random() * 3)):
-                fragment, merged[lob] = _fragment(rng, spec, merged.get(lob))
+                fragment, merged[lob] = lob_fragment(rng, spec, merged.get(lob))
                 yield from self._out(
                     self._emit(
                         txn, fragment.pop("op"), table=spec.name, key=key, row_id=row_id, lob_column=lob, **fragment
@@ -476,7 +455,7 @@ class WorkloadGenerator:
 
     def summary(self) -> dict:
         final_state = {
-            table: {key_string(_key(self._spec(table), pk)): row for pk, row in rows.items()}
+            table: {key_string(row_key(self._spec(table), pk)): row for pk, row in rows.items()}
             for table, rows in self.rows.items()
             if rows
         }
@@ -500,82 +479,6 @@ class WorkloadGenerator:
 def generate(n_events: int, **params: object) -> Iterator[dict]:
     """RawEvent dicts in source-log order; see WorkloadGenerator for the parameters."""
     return iter(WorkloadGenerator(n_events, **params))
-
-
-# ---- rows and fragments --------------------------------------------------------------------------
-
-
-def _long_tailed_size(rng: random.Random) -> int:
-    u = rng.random()
-    if u < 0.80:
-        return 1 + int(rng.random() * 15)
-    if u < 0.97:
-        return 16 + int(rng.random() * 185)
-    if u < 0.997:
-        return 200 + int(rng.random() * 800)
-    return 1000 + int(rng.random() * 2000)
-
-
-def _key(spec: TableSpec, pk: int) -> dict:
-    if len(spec.key_columns) == 2:
-        return {"region": REGIONS[pk % len(REGIONS)], "id": pk}
-    return {"id": pk}
-
-
-def _value(rng: random.Random, kind: str) -> object:
-    if kind == "str":
-        return WORDS[int(rng.random() * len(WORDS))] + str(int(rng.random() * 1000))
-    if kind == "long":
-        return int(rng.random() * 10_000)
-    if kind == "double":
-        return round(rng.random() * 10_000, 2)
-    if kind == "bool":
-        return rng.random() < 0.5
-    if kind == "clob":
-        return None if rng.random() < 0.3 else WORDS[int(rng.random() * len(WORDS))]
-    return None if rng.random() < 0.3 else bytes([int(rng.random() * 256) for _ in range(4)])
-
-
-def _new_row(rng: random.Random, spec: TableSpec, pk: int) -> dict:
-    row = _key(spec, pk)
-    for name, kind in spec.columns:
-        row[name] = _value(rng, kind)
-    return row
-
-
-def _updated_row(rng: random.Random, spec: TableSpec, current: dict) -> dict:
-    row = dict(current)
-    name, kind = spec.columns[int(rng.random() * len(spec.columns))]
-    row[name] = _value(rng, kind)
-    return row
-
-
-def _fragment(rng: random.Random, spec: TableSpec, value: object) -> tuple[dict, object]:
-    """A random fragment for a LOB column and the column's value after it (computed here, by construction)."""
-    binary = dict(spec.columns)[spec.lob_column] == "blob"
-    v = (b"" if binary else "") if value is None else value
-    fill = b"\x00" if binary else " "
-    data = (
-        bytes([int(rng.random() * 256) for _ in range(1 + int(rng.random() * 6))])
-        if binary
-        else WORDS[int(rng.random() * len(WORDS))] * (1 + int(rng.random() * 3))
-    )
-    u = 0.0 if value is None else rng.random()  # a null value starts with a write, so a BLOB stays bytes
-    if u < 0.35:  # append
-        op = LOB_WRITE if binary else (LOB_WRITE, XML_WRITE, LONG_STRING_WRITE)[int(rng.random() * 3)]
-        return {"op": op, "lob_data": data}, v + data
-    if u < 0.6:  # overwrite in place (may run past the end)
-        off = int(rng.random() * (len(v) + 1))
-        return {"op": LOB_WRITE, "lob_offset": off, "lob_data": data}, v[:off] + data + v[off + len(data) :]
-    if u < 0.75:  # write past the end: the gap is padded
-        gap = 1 + int(rng.random() * 4)
-        return {"op": LOB_WRITE, "lob_offset": len(v) + gap, "lob_data": data}, v + fill * gap + data
-    if u < 0.9:  # erase a range that may run past the end
-        off, n = int(rng.random() * (len(v) + 1)), 1 + int(rng.random() * 5)
-        kept = max(0, min(n, len(v) - off))
-        return {"op": LOB_ERASE, "lob_offset": off, "lob_length": n}, v[:off] + fill * kept + v[off + kept :]
-    n = int(rng.random() * (len(v) + 3))
-    return {"op": LOB_TRIM, "lob_length": n}, v[:n]
 
 
 def _split_spilled(line: str) -> tuple[int, str]:

@@ -11,8 +11,9 @@ import pytest
 from processor.core import events
 from processor.core.partitioning import fan_out, murmur2, partition_of
 from processor.testing import expected
-from processor.testing.generator import BULK_TABLE, WorkloadGenerator, generate
+from processor.testing.generator import WorkloadGenerator, generate
 from processor.testing.reference import ReferenceModel
+from processor.testing.tables import BULK_TABLE
 
 PARTITIONS = 4
 
