@@ -173,9 +173,14 @@ class PartitionEngine:
             if found is None:
                 return None
             seq = keys.seq_of(found)
-            if self.store.get(keys.event_key(txn.prefix, seq)) is not None:
-                return seq
-            end = found  # stale entry left by a savepoint rollback: look further back
+            value = self.store.get(keys.event_key(txn.prefix, seq))
+            if value is not None:
+                header = stored.unpack(value)[0]  # (op, seq, scn, ts_ms, table, row_id, ...)
+                if header[0] in ev.ROW_OPS and header[5] == row_id:
+                    return seq
+            # Stale entry: its change was rolled back, or a later event reused its seq for
+            # another row (or a fragment). Look further back.
+            end = found
 
     def _undo(self, txn: Txn, offset: int, key: bytes | None, value: bytes, e: codec.RawFields) -> list[Action]:
         if txn.filtered or self.filters.table_excluded(e["table"]):
