@@ -24,6 +24,13 @@ def register(sub) -> None:
         metavar="TABLE=COL[,COL]",
         help="primary-key columns of a table (repeatable); default: ID, else ROWID/RRN",
     )
+    p.add_argument(
+        "--format",
+        choices=["auto", "rows", "logminer-csv"],
+        default="auto",
+        help="oracle only: rows (CSV or JSON lines with V$LOGMNR_CONTENTS column names), logminer-csv "
+        "(a SQL*Plus/SQLcl CSV spool of the view, see docs/sources.md); auto decides from the heading",
+    )
     p.add_argument("--progress", action="store_true", default=None, help="force the progress bar on")
     p.set_defaults(func=run)
 
@@ -34,9 +41,17 @@ def run(args) -> int:
 
     keys = parse_key_specs(args.key)
     if args.source == "oracle":
+        from processor.runtime.config import ConfigError
+        from processor.sources.logminer_csv import ExportFormatError, LogMinerExport, detect_format
         from processor.sources.oracle import OracleMapper, join_continuations
 
-        mapper, rows = OracleMapper(keys), join_continuations(read_rows(args.file))
+        fmt = detect_format(args.file) if args.format == "auto" else args.format
+        try:
+            source_rows = LogMinerExport(args.file) if fmt == "logminer-csv" else read_rows(args.file)
+        except ExportFormatError as exc:
+            raise ConfigError(str(exc)) from None  # nothing written yet: exit 2 with the reason
+        log.info("replay.format", file=args.file, format=fmt)
+        mapper, rows = OracleMapper(keys), join_continuations(source_rows)
     else:
         from processor.sources.ibmi import IbmiMapper
 

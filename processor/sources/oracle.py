@@ -2,7 +2,10 @@
 
 The operation codes follow Debezium's LogMiner adapter (EventType): START, COMMIT, ROLLBACK, DML,
 DDL, the LOB/XML/32K fragment families, the GoldenGate replication marker (drops the transaction),
-MISSING_SCN and UNSUPPORTED (warnings). Everything here is pure: OracleMapper.map_row(row) returns
+MISSING_SCN (a warning). INTERNAL and SELECT_FOR_UPDATE rows change no user data and are counted
+and skipped. An UNSUPPORTED row, or a change row whose STATUS is not 0 (LogMiner could not rebuild
+its SQL, e.g. a dictionary mismatch), is a change we cannot apply: it goes to the DLQ with INFO as
+the reason. Everything here is pure: OracleMapper.map_row(row) returns
 events or raises BadRow; the replay driver does the I/O.
 """
 
@@ -25,15 +28,19 @@ from processor.sources.replay import BadRow, SourceRow, as_int, key_of
 log = structlog.get_logger(__name__)
 
 # V$LOGMNR_CONTENTS.OPERATION_CODE
-INSERT, DELETE, UPDATE, DDL, START, COMMIT = 1, 2, 3, 5, 6, 7
-SEL_LOB_LOCATOR, LOB_WRITE, LOB_TRIM = 9, 10, 11
+INTERNAL, INSERT, DELETE, UPDATE, DDL, START, COMMIT = 0, 1, 2, 3, 5, 6, 7
+SEL_LOB_LOCATOR, LOB_WRITE, LOB_TRIM, SELECT_FOR_UPDATE = 9, 10, 11, 25
 REPLICATION_MARKER, LOB_ERASE, MISSING_SCN, ROLLBACK = 27, 29, 34, 36
+LOB_ERASE_DOCUMENTED = 28  # Oracle's reference says 28; databases write 29 (Debezium reads 29)
 XML_BEGIN, XML_WRITE, XML_END = 68, 70, 71
 EXT_BEGIN, EXT_WRITE, EXT_END = 91, 92, 93  # 32K extended strings
 UNSUPPORTED = 255
 
 KNOWN_CODES = frozenset(
     {
+        INTERNAL,
+        SELECT_FOR_UPDATE,
+        LOB_ERASE_DOCUMENTED,
         INSERT,
         DELETE,
         UPDATE,
@@ -58,6 +65,13 @@ KNOWN_CODES = frozenset(
 )
 
 _DML_OP = {INSERT: ev.INSERT, DELETE: ev.DELETE, UPDATE: ev.UPDATE}
+# Rows that change no user data: a lock (SELECT ... FOR UPDATE) or the dictionary's own bookkeeping.
+_SKIPPED = {INTERNAL: "internal", SELECT_FOR_UPDATE: "select_for_update"}
+# Rows that carry a change of a table; only these are refused when LogMiner marks their SQL invalid.
+_CHANGE_CODES = frozenset(
+    {INSERT, DELETE, UPDATE, DDL, SEL_LOB_LOCATOR, LOB_WRITE, LOB_TRIM, LOB_ERASE, LOB_ERASE_DOCUMENTED}
+    | {XML_BEGIN, XML_WRITE, EXT_BEGIN, EXT_WRITE}
+)
 _ATTR_COLUMNS = {
     "RS_ID": "rs_id",
     "SSN": "ssn",
@@ -84,6 +98,9 @@ def join_continuations(rows: Iterable[SourceRow]) -> Iterator[SourceRow]:
     """Join CSF=1 rows with the rows that continue them: SQL_REDO longer than 4000 bytes is split."""
     pending: list[SourceRow] = []
     for src in rows:
+        if "__error__" in src.row:  # already a dead letter (unreadable line): pass it on as it is
+            yield src
+            continue
         row = normalize(src.row)
         src = SourceRow(src.line, row, src.original)
         if pending and (row.get("XID") != pending[0].row.get("XID") or row.get("RS_ID") != pending[0].row.get("RS_ID")):
@@ -97,6 +114,8 @@ def join_continuations(rows: Iterable[SourceRow]) -> Iterator[SourceRow]:
             pending.append(src)
             merged = dict(row)
             merged["SQL_REDO"] = "".join(p.row.get("SQL_REDO") or "" for p in pending)
+            if any(p.row.get("SQL_UNDO") for p in pending):
+                merged["SQL_UNDO"] = "".join(p.row.get("SQL_UNDO") or "" for p in pending)
             merged["__pieces__"] = len(pending)
             yield SourceRow(pending[0].line, merged, b"\n".join(p.original for p in pending))
             pending = []
@@ -162,6 +181,9 @@ class OracleMapper:
         code = as_int(row, "OPERATION_CODE")
         if code not in KNOWN_CODES:
             raise BadRow(f"unknown OPERATION_CODE {code}")
+        if code in _SKIPPED:
+            self.stats[_SKIPPED[code]] += 1
+            return []
         scn = as_int(row, "SCN", required=code not in (MISSING_SCN, UNSUPPORTED)) or 0
         xid = row.get("XID")
         if code == MISSING_SCN:
@@ -169,16 +191,18 @@ class OracleMapper:
             log.warning("oracle.missing_scn", xid=xid, scn=scn, info=row.get("INFO"), sequence=row.get("SEQUENCE#"))
             return []
         if code == UNSUPPORTED:
+            # A change LogMiner cannot show (a type or operation it does not support): it happened, so
+            # dropping it with a warning would lose it silently downstream; the DLQ keeps it visible.
             self.stats["unsupported"] += 1
-            log.warning(
-                "oracle.unsupported_operation",
-                table=_table(row),
-                xid=xid,
-                scn=scn,
-                thread=row.get("THREAD#"),
-                info=row.get("INFO"),
+            raise BadRow(
+                f"UNSUPPORTED operation on {_table(row) or 'an unknown table'}: {row.get('INFO') or 'no INFO'}"
             )
-            return []
+        status = row.get("STATUS")
+        undo = code in _DML_OP and str(row.get("ROLLBACK") or "0") == "1"
+        # An undo row needs only its ROW_ID (_dml): refusing it would commit a change Oracle rolled back.
+        if code in _CHANGE_CODES and status not in (None, "", 0, "0") and not undo:
+            self.stats["invalid_sql"] += 1
+            raise BadRow(f"STATUS {status} (SQL_REDO not valid): {row.get('INFO') or 'no INFO'}")
         if not xid:
             raise BadRow(f"missing XID for OPERATION_CODE {code}")
         xid = str(xid)
@@ -375,6 +399,7 @@ class OracleMapper:
             LOB_WRITE: (SEL_LOB_LOCATOR,),
             LOB_TRIM: (SEL_LOB_LOCATOR,),
             LOB_ERASE: (SEL_LOB_LOCATOR,),
+            LOB_ERASE_DOCUMENTED: (SEL_LOB_LOCATOR,),
             XML_WRITE: (XML_BEGIN,),
             EXT_WRITE: (EXT_BEGIN,),
         }[code]
@@ -388,7 +413,7 @@ class OracleMapper:
             if code == LOB_TRIM:
                 op = sql_redo.parse_lob_trim(sql)
                 return [self._fragment(row, xid, scn, ev.LOB_TRIM, lob_length=op.length)]
-            if code == LOB_ERASE:
+            if code in (LOB_ERASE, LOB_ERASE_DOCUMENTED):
                 op = sql_redo.parse_lob_erase(sql)
                 return [self._fragment(row, xid, scn, ev.LOB_ERASE, lob_offset=op.offset, lob_length=op.length)]
             if code == XML_WRITE:
@@ -421,6 +446,7 @@ _HANDLERS = {
     LOB_WRITE: OracleMapper._lob_op,
     LOB_TRIM: OracleMapper._lob_op,
     LOB_ERASE: OracleMapper._lob_op,
+    LOB_ERASE_DOCUMENTED: OracleMapper._lob_op,
     XML_WRITE: OracleMapper._lob_op,
     EXT_WRITE: OracleMapper._lob_op,
     XML_END: OracleMapper._end_locator,

@@ -77,6 +77,7 @@ def _dec(v):
     "source, sample, expected_file",
     [
         ("oracle", "oracle_logminer.csv", "oracle_logminer.expected.json"),
+        ("oracle", "oracle_logminer_export.csv", "oracle_logminer_export.expected.json"),  # format auto-detected
         ("ibmi", "ibmi_journal.jsonl", "ibmi_journal.expected.json"),
     ],
 )

@@ -177,19 +177,63 @@ def test_replication_marker_27_drops_the_transaction_and_what_follows():
     assert model.all_committed() == []
 
 
-def test_missing_scn_34_and_unsupported_255_warn_without_events():
+def test_missing_scn_34_warns_without_events():
     with capture_logs() as logs:
-        evs, dlq = run(
-            [
-                row(34, xid=None, scn=None, table=None, INFO="Missing SCN 5 - 9"),
-                row(255, rowid="R1", INFO="unsupported"),
-            ]
-        )
+        evs, dlq = run([row(34, xid=None, scn=None, table=None, INFO="Missing SCN 5 - 9")])
     assert evs == [] and dlq == []
-    assert [(line["event"], line["log_level"]) for line in logs] == [
-        ("oracle.missing_scn", "warning"),
-        ("oracle.unsupported_operation", "warning"),
-    ]
+    assert [(line["event"], line["log_level"]) for line in logs] == [("oracle.missing_scn", "warning")]
+
+
+def test_unsupported_255_is_a_lost_change_and_goes_to_the_dlq_with_info():
+    mapper = OracleMapper()
+    evs, dlq = run([row(6), row(255, rowid="R1", INFO="Object or Data type Unsupported"), row(7, table=None)], mapper)
+    assert dlq == [(2, "UNSUPPORTED operation on HR.EMP: Object or Data type Unsupported")]
+    assert [e["op"] for e in evs] == ["BEGIN", "COMMIT"]
+    assert mapper.stats["unsupported"] == 1
+
+
+def test_internal_0_and_select_for_update_25_change_no_data_and_are_counted():
+    mapper = OracleMapper()
+    evs, dlq = run([row(6), row(0, table="SYS.SEG$"), row(25, rowid="R1"), row(7, table=None)], mapper)
+    assert dlq == [] and [e["op"] for e in evs] == ["BEGIN", "COMMIT"]
+    assert (mapper.stats["internal"], mapper.stats["select_for_update"]) == (1, 1)
+
+
+def test_status_not_0_on_a_change_row_goes_to_the_dlq_with_info():
+    sql = """insert into "UNKNOWN"."OBJ# 7"("COL 1") values (HEXTORAW('c102'));"""
+    evs, dlq = run([row(6), row(1, rowid="R1", sql=sql, STATUS=2, INFO="Dictionary Version Mismatch"), row(7)])
+    assert dlq == [(2, "STATUS 2 (SQL_REDO not valid): Dictionary Version Mismatch")]
+    assert [e["op"] for e in evs] == ["BEGIN", "COMMIT"]
+
+
+def test_status_not_0_on_an_undo_row_still_undoes_by_row_id():
+    evs, dlq = run(
+        [
+            row(6),
+            row(1, sql=INS.format(id=1, name="a"), rowid="R1"),
+            row(2, rowid="R1", ROLLBACK=1, sql="delete from garbled", STATUS=2, INFO="Dictionary Version Mismatch"),
+            row(7, table=None),
+        ]
+    )
+    assert dlq == [] and [(e["op"], e["undo"]) for e in evs][2] == ("DELETE", True)
+    [txn] = feed(evs).all_committed()
+    assert txn.changes == []
+
+
+def test_documented_lob_erase_code_28_reads_like_29():
+    evs, dlq = run(
+        [
+            row(6),
+            row(1, rowid="R1", sql="""insert into "HR"."EMP"("ID","NOTES") values ('1',EMPTY_CLOB());"""),
+            row(9, rowid="R1", sql=LOC),
+            row(10, rowid="R1", sql=" buf_c := 'abcdef'; dbms_lob.write(loc_c, 6, 1, buf_c);"),
+            row(28, rowid="R1", sql=" dbms_lob.erase(loc_c, 2, 3);"),
+            row(7, table=None),
+        ]
+    )
+    assert dlq == [] and [e["op"] for e in evs] == ["BEGIN", "INSERT", "LOB_WRITE", "LOB_ERASE", "COMMIT"]
+    [txn] = feed(evs).all_committed()
+    assert txn.changes[0]["after"]["NOTES"] == "ab  ef"
 
 
 def test_ddl_code_5_and_truncate():
@@ -408,7 +452,7 @@ def test_key_columns_can_be_configured():
     "bad, reason",
     [
         (row(4, sql="x"), "unknown OPERATION_CODE 4"),
-        (row(0), "unknown OPERATION_CODE 0"),
+        (row(8), "unknown OPERATION_CODE 8"),
         (row("abc"), "OPERATION_CODE is not an integer: 'abc'"),
         (row(1, sql='insert into "HR"."EMP" values garbage'), "unparsable SQL_REDO: INSERT without a column list"),
         (

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.sources import sql_redo
+from processor.sources.logminer_csv import LogMinerExport
 from processor.sources.oracle import OracleMapper, join_continuations
 from processor.sources.redo_values import SqlRedoError
 from processor.sources.replay import SourceRow, map_rows, read_rows
@@ -321,6 +322,15 @@ def test_every_dml_statement_of_the_sample_file_agrees():
     fast = [s for s in statements if parse_dml_fast(s) is not None]
     # Only the deliberately broken row (`values garbage`) is left to sqlglot.
     assert len(fast) == len(statements) - 1
+
+
+def test_every_redo_and_undo_statement_of_the_sample_export_agrees_and_takes_the_fast_path():
+    rows = join_continuations(LogMinerExport(DATA / "oracle_logminer_export.csv"))
+    dml = [r.row for r in rows if r.row["OPERATION_CODE"] in (1, 2, 3)]
+    statements = [r["SQL_REDO"] for r in dml] + [r["SQL_UNDO"] for r in dml if r.get("SQL_UNDO")]
+    assert len(statements) >= 15
+    for sql in statements:
+        check(sql, must_accept=True)
 
 
 @pytest.mark.parametrize(
