@@ -58,6 +58,8 @@ def register(sub) -> None:
     p.add_argument("--ack-interval", type=float, default=0.5, help="seconds between flush + acknowledge rounds")
     p.add_argument("--heartbeat-interval", type=float, default=2.0, help="seconds between heartbeats")
     p.add_argument("--reconnect-max", type=float, default=30.0, help="longest wait between reconnect attempts (s)")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
     p.set_defaults(func=run)
 
 
@@ -86,6 +88,12 @@ def run(args) -> int:
     )
     writer = raw_topic_writer(args, source="postgres")
     capture = PostgresCapture(args.dsn, writer, options)
+    metrics = None
+    if args.metrics_port:
+        from processor.sources.pg_metrics import CaptureMetrics
+
+        metrics = CaptureMetrics(capture, args.dsn, args.slot)
+        metrics.start_server(args.metrics_host, args.metrics_port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: capture.stop())
     code = 0
@@ -104,6 +112,8 @@ def run(args) -> int:
     finally:
         writer.flush()
         capture.close()
+        if metrics is not None:
+            metrics.close()
         log.info(
             "capture.stopped",
             events=capture.events,
