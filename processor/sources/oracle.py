@@ -103,7 +103,9 @@ def join_continuations(rows: Iterable[SourceRow]) -> Iterator[SourceRow]:
             continue
         row = normalize(src.row)
         src = SourceRow(src.line, row, src.original)
-        if pending and (row.get("XID") != pending[0].row.get("XID") or row.get("RS_ID") != pending[0].row.get("RS_ID")):
+        first = pending[0].row if pending else None
+        # The pieces of one statement share its redo record (RS_ID) and SQL sequence number (SSN).
+        if first is not None and any(str(row.get(c)) != str(first.get(c)) for c in ("XID", "RS_ID", "SSN")):
             # The continuation never came: the pieces are not a row we can trust.
             yield _bad_group(pending, "CSF continuation not followed by its next piece")
             pending = []

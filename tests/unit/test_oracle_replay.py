@@ -412,6 +412,12 @@ def test_csf_row_without_its_continuation_goes_to_dlq():
     assert dlq == [(2, "CSF continuation not followed by its next piece")]
 
 
+def test_csf_piece_followed_by_another_statement_of_the_same_redo_record_goes_to_dlq():
+    sql = INS.format(id=1, name="a")
+    _, dlq = run([row(6), row(1, rowid="R1", sql=sql[:20], CSF=1), row(1, rowid="R1", sql=sql[20:], SSN=1)])
+    assert dlq[0] == (2, "CSF continuation not followed by its next piece")
+
+
 def test_seq_is_the_position_within_the_xid_in_file_order():
     evs, _ = run(
         [
