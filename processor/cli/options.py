@@ -89,6 +89,7 @@ def raw_topic_writer(args: argparse.Namespace, source: str) -> Any:
         replication_factor=cfg.replication_factor,
         dlq_topic=args.dlq_topic or cfg.dlq_topic,
         source=source,
+        oversized=cfg.oversized,
     )
 
 

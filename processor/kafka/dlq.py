@@ -11,7 +11,8 @@ A dead letter is the rejected record's key and value, untouched, plus these head
   line       line or record number in that file
   xid        the transaction it belongs to, when known
   event_id   the output change it would have been (oversized outputs)
-  size       the record's size in bytes, when the value was dropped because it is too large
+  size       the record's size in bytes: for a source event too large for the raw topic, and
+             whenever the value was dropped because it is too large for the DLQ as well
 
 A value that is itself too large for the DLQ topic is dropped; `size` then says how big it was.
 """

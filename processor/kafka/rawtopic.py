@@ -2,8 +2,11 @@
 
 Every source (generator, PostgreSQL capture, Oracle and IBM i replay) writes through RawTopicWriter,
 so partitioning, heartbeat and size rules live in one place. An event too large for the raw topic
-goes to the DLQ (reason, source, xid, size) when a DLQ topic is given, and raises RecordTooLarge
-otherwise: it never loops on a record the broker will always refuse.
+follows the `oversized` policy: `dlq` and `chunk` write it to the DLQ (reason, source, xid, size)
+when a DLQ topic is given, `fail` (or no DLQ topic) raises RecordTooLarge: it never loops on a
+record the broker will always refuse. Raw events are not chunked: the engine's fragment mechanism
+(LOB_WRITE pieces merged into their change) needs free seq numbers after the change, which a
+writer cannot know are free, so `chunk` dead-letters inputs and chunks only outputs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from processor.kafka.produce import RecordTooLarge, flush, produce
 
 log = structlog.get_logger(__name__)
 
+OVERSIZED_POLICIES = ("dlq", "fail", "chunk")
+
 
 class RawTopicWriter:
     """Produces RawEvents keyed by XID. The producer's murmur2 partitioner matches Java's default."""
@@ -35,16 +40,22 @@ class RawTopicWriter:
         replication_factor: int = BROKER_DEFAULT_REPLICATION,
         dlq_topic: str | None = None,
         source: str = "source",
+        oversized: str = "dlq",
         **producer_conf: object,
     ):
+        if oversized not in OVERSIZED_POLICIES:
+            raise ValueError(f"oversized must be one of {OVERSIZED_POLICIES}, not {oversized!r}")
         self.client = as_client_config(client)
+        self.policy = oversized
         if create:
             ensure_topics(self.client, {topic: partitions}, replication_factor)
         self.topic = topic
         self.source = source
         self.partitions = partition_count(self.client, topic)
         self.producer = self.client.producer(**{**producer_size_limit(self.client, [topic]), **producer_conf})
-        self.dlq: DeadLetterWriter | None = None
+        self.dlq: DeadLetterWriter | None = None  # bad input of the sources (replay)
+        self._oversized_dlq: DeadLetterWriter | None = None  # made at the first oversized event
+        self._producer_conf = producer_conf
         if dlq_topic:
             ensure_topics(self.client, {dlq_topic: 1}, replication_factor)
             self.dlq = DeadLetterWriter(self.producer, dlq_topic)
@@ -63,15 +74,25 @@ class RawTopicWriter:
         try:
             produce(self.producer, self.topic, value, key, partition=partition, on_delivery=self._delivered)
         except RecordTooLarge as exc:
-            if self.dlq is None:
+            if self.dlq is None or self.policy == "fail":
                 raise
             self.oversized += 1
             log.warning("raw.oversized", topic=self.topic, xid=key.decode(errors="replace"), size=exc.size)
-            self.dlq.write(key, value, str(exc), self.source, xid=key.decode(errors="replace"))
+            reason = str(exc) + ("; raw events are not chunked" if self.policy == "chunk" else "")
+            self._dead_letters().write(key, value, reason, self.source, xid=key.decode(errors="replace"), size=exc.size)
             return
         self.written += 1
         if self.written % 10000 == 0:
             self.producer.poll(0)
+
+    def _dead_letters(self) -> DeadLetterWriter:
+        """The oversized events' DLQ writer: its own producer, capped at the DLQ topic's limit rather
+        than the raw topic's, so an event the raw topic refuses keeps its value when it fits there."""
+        assert self.dlq is not None
+        if self._oversized_dlq is None:
+            conf = {**producer_size_limit(self.client, [self.dlq.topic]), **self._producer_conf}
+            self._oversized_dlq = DeadLetterWriter(self.client.producer(**conf), self.dlq.topic)
+        return self._oversized_dlq
 
     def write(self, event: dict) -> None:
         """Write one RawEvent (a dict as from events.raw_event) to its XID's partition."""
@@ -105,7 +126,8 @@ class RawTopicWriter:
 
     def flush(self, timeout_s: float = 60.0) -> None:
         flush(self.producer, timeout_s, self.topic)
-        if self.dlq is not None:
-            self.dlq.flush(timeout_s)
+        for dlq in (self.dlq, self._oversized_dlq):
+            if dlq is not None:
+                dlq.flush(timeout_s)
         if self.failed:
             raise RuntimeError(f"{len(self.failed)} raw events failed: {self.failed[:3]}")

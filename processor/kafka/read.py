@@ -2,7 +2,8 @@
 
 The one bounded reader for verifiers, tools and benchmarks. Completion is judged by the consumer's
 position, not by the last record seen: a transactional topic ends in a commit marker that no
-record reports, and a read_committed consumer skips aborted records.
+record reports, and a read_committed consumer skips aborted records. Chunked records
+(`oversized: chunk`) come out reassembled (processor.kafka.chunking).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
+from processor.kafka.chunking import reassembled
 from processor.kafka.client_config import KafkaClientConfig, as_client_config
 from processor.kafka.end_offsets import end_offsets
 
@@ -24,13 +26,29 @@ def read_to_end(
     timeout_s: float = 120.0,
     starts: Mapping[int, int] | None = None,
     ends: Mapping[int, int] | None = None,
+    reassemble: bool = True,
     **consumer_conf: Any,
 ) -> Iterator[Message]:
     """Yield every record of `topic` (in partition order per partition) below its end offsets.
 
     starts: offset to begin at per partition (default: the log start); ends: where to stop
     (default: the end offsets now). TimeoutError if the ends are not reached in timeout_s.
+    reassemble: a complete set of chunks comes out as one record, at its last chunk's offset;
+    chunks of a set that does not complete below the ends are left out.
     """
+    records = _records(client, topic, group, timeout_s, starts, ends, consumer_conf)
+    yield from reassembled(records) if reassemble else records
+
+
+def _records(
+    client: KafkaClientConfig | str,
+    topic: str,
+    group: str,
+    timeout_s: float,
+    starts: Mapping[int, int] | None,
+    ends: Mapping[int, int] | None,
+    consumer_conf: dict[str, Any],
+) -> Iterator[Message]:
     client = as_client_config(client)
     ends = dict(ends if ends is not None else end_offsets(client, topic, timeout_s=min(timeout_s, 30.0)))
     starts = dict(starts or {})

@@ -3,21 +3,26 @@
 Oversized outputs (a change bigger than the size limit) follow the `oversized` policy:
   dlq   the change goes to the DLQ (reason, xid, event_id, size; the value if it fits there),
         counts as delivered, and the transaction's END record carries the reason;
-  fail  the change's delivery fails with RecordTooLarge and the emitter stops the processor.
+  fail  the change's delivery fails with RecordTooLarge and the emitter stops the processor;
+  chunk the change is written as n records on its key (processor.kafka.chunking) and counts as
+        delivered once every chunk is; chunks the broker still refuses fall back to dlq.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processor.core import events as ev
 from processor.core.contracts import AckCallback
+from processor.kafka import chunking
 from processor.kafka.dlq import DeadLetterWriter
 from processor.kafka.produce import RecordTooLarge, is_too_large, produce, record_size
 
-OVERSIZED_POLICIES = ("dlq", "fail")
+OVERSIZED_POLICIES = ("dlq", "fail", "chunk")
+DEFAULT_MAX_RECORD_BYTES = 1_000_000  # librdkafka's message.max.bytes default
 
 
 class KafkaSink:
@@ -30,10 +35,12 @@ class KafkaSink:
         transactions_topic: str,
         dlq_topic: str,
         oversized: str = "dlq",
+        max_record_bytes: int | None = None,
     ):
         if oversized not in OVERSIZED_POLICIES:
             raise ValueError(f"oversized must be one of {OVERSIZED_POLICIES}, not {oversized!r}")
         self.producer = producer
+        self._produce = producer.produce
         self.changes_topic = changes_topic
         self.transactions_topic = transactions_topic
         self.dlq = DeadLetterWriter(producer, dlq_topic)
@@ -41,22 +48,30 @@ class KafkaSink:
         self.outcomes_unacked = 0
         self.outcome_errors: list[str] = []
         self.oversized_changes = 0
+        self.chunked_changes = 0
+        self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES  # the producer's message.max.bytes
         # xid -> reasons of its changes that went to the DLQ; consumed when its END is sent.
         self._dead_lettered: dict[str, list[str]] = {}
 
     # -- Sink ------------------------------------------------------------------------------------
 
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
-            if is_too_large(err):
-                self._oversized_change(key, value, RecordTooLarge(self.changes_topic, record_size(key, value)), on_ack)
-            else:
-                on_ack(err)
-
+        delivered = partial(self._change_delivered, key, value, on_ack)
         try:
-            produce(self.producer, self.changes_topic, value, key, on_delivery=delivered)
-        except RecordTooLarge as exc:
-            self._oversized_change(key, value, exc, on_ack)
+            self._produce(self.changes_topic, value, key, on_delivery=delivered)  # the common case: room, fits
+        except (BufferError, KafkaException):
+            try:
+                produce(self.producer, self.changes_topic, value, key, on_delivery=delivered)  # waits, flags size
+            except RecordTooLarge as exc:
+                self._oversized_change(key, value, exc, on_ack)
+
+    def _change_delivered(
+        self, key: bytes, value: bytes | None, on_ack: AckCallback, err: KafkaError | None, _msg: Any
+    ) -> None:
+        if err is not None and is_too_large(err):
+            self._oversized_change(key, value, RecordTooLarge(self.changes_topic, record_size(key, value)), on_ack)
+        else:
+            on_ack(err)
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
         xid = key.decode(errors="replace")
@@ -69,6 +84,55 @@ class KafkaSink:
             on_ack(exc)
             return
         change = ev.decode_change(value) if value else {}
+        if self.oversized == "chunk" and value:
+            self._chunk_change(key, value, change, on_ack)
+            return
+        self._dead_letter_change(key, value, change, exc, on_ack)
+
+    def _chunk_change(self, key: bytes, value: bytes, change: dict, on_ack: AckCallback) -> None:
+        """n records on the change's key, acknowledged (on_ack once) when all are; if the broker
+        refuses a chunk as too large too, the change is dead-lettered instead."""
+        event_id = change["event_id"]
+        # Room for the key, the chunk headers and the record and batch framing (lz4 may also grow
+        # incompressible data a little).
+        room = self.max_record_bytes - len(key) - chunking.headers_size(999_999, event_id)
+        payload = room - max(1024, self.max_record_bytes // 64)
+        if payload < 1:
+            self._dead_letter_change(key, value, change, RecordTooLarge(self.changes_topic, len(value)), on_ack)
+            return
+        pieces = chunking.split(value, payload)
+        state = {"left": len(pieces), "done": False}
+
+        def refused(err: object) -> None:
+            state["done"] = True
+            if is_too_large(err) or isinstance(err, RecordTooLarge):
+                self._dead_letter_change(key, value, change, RecordTooLarge(self.changes_topic, len(value)), on_ack)
+            else:
+                on_ack(err)
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if state["done"]:
+                return
+            if err is not None:
+                refused(err)
+                return
+            state["left"] -= 1
+            if state["left"] == 0:
+                state["done"] = True
+                on_ack(None)
+
+        self.chunked_changes += 1
+        for i, piece in enumerate(pieces):
+            try:
+                headers = chunking.chunk_headers(i, len(pieces), event_id)
+                produce(self.producer, self.changes_topic, piece, key, headers=headers, on_delivery=delivered)
+            except RecordTooLarge as exc:
+                refused(exc)  # chunks already queued are left incomplete: readers drop them
+                return
+
+    def _dead_letter_change(
+        self, key: bytes, value: bytes | None, change: dict, exc: RecordTooLarge, on_ack: AckCallback
+    ) -> None:
         xid = (change.get("source") or {}).get("xid")
         self.oversized_changes += 1
         self._dead_lettered.setdefault(xid or "", []).append(str(exc))

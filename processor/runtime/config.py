@@ -41,8 +41,10 @@ class ProcessorConfig(BaseModel):
     replication_factor: int = Field(
         -1, ge=-1, description="replication factor of topics txbuffer creates; -1 = the broker's default"
     )
-    oversized: Literal["dlq", "fail"] = Field(
-        "dlq", description="an output over the size limit: dlq = dead-letter it and mark its END; fail = stop"
+    oversized: Literal["dlq", "fail", "chunk"] = Field(
+        "dlq",
+        description="a record over the size limit: dlq = dead-letter it (outputs: and mark its END); "
+        "fail = stop; chunk = outputs split into chunk records (docs/contracts.md), inputs dead-lettered",
     )
     raw_topic: str = "txbuffer.raw"
     changes_topic: str = "txbuffer.changes"

@@ -53,7 +53,10 @@ class Runner:
             producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
         producer_conf.update(producer_size_limit(client, outputs))  # an oversized output fails alone
         self.producer = client.producer(**producer_conf)
-        self.sink = KafkaSink(self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic, cfg.oversized)
+        max_record = int(client.producer_conf(**producer_conf).get("message.max.bytes", 1_000_000))  # chunk size
+        self.sink = KafkaSink(
+            self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic, cfg.oversized, max_record
+        )
         # The output mode (envelope: txbuffer | debezium) picks the emitter's sink.
         self.emitter = Emitter(make_output(cfg, self.sink, n_out), cfg.ordering, cfg.tombstones)
         self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter)

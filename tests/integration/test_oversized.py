@@ -1,4 +1,4 @@
-"""Records over the broker's size limit never crash-loop the pipeline (oversized: dlq | fail).
+"""Records over the broker's size limit never crash-loop the pipeline (oversized: dlq | fail | chunk).
 
 Output: a change whose LOB fragments assemble to more than the limit (every input record fits, the
 merged change does not). Input: a source event larger than the raw topic accepts.
@@ -15,13 +15,17 @@ import pytest
 
 from processor.core import events as ev
 from processor.kafka.admin import ensure_topics
+from processor.kafka.chunking import chunk_of
 from processor.kafka.dlq import read_dlq_headers
 from processor.kafka.embedded import EmbeddedKafka
 from processor.kafka.produce import RecordTooLarge
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.read import read_to_end
+from processor.testing.reference import ReferenceModel
 
 PIECE = 400_000  # three pieces fit the raw topic one by one; the merged change (1.2 MB) does not
+SMALL_LIMIT = 100_000  # max.message.bytes of the changes topic in the small-limit tests
+SMALL_PIECE = 60_000  # five of them: a 300 KB change, three or more chunks at that limit
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +44,20 @@ def _topics() -> dict[str, str]:
     }
 
 
-def _big_and_small_transactions(writer: RawTopicWriter) -> None:
+def _big_and_small_transactions(writer: RawTopicWriter, piece: int = PIECE, pieces: int = 3) -> None:
     row = {"table": "s.docs", "key": {"ID": 1}}
     writer.write(ev.raw_event("big", ev.BEGIN, 0, 10))
     writer.write(ev.raw_event("big", ev.INSERT, 1, 11, after={"ID": 1, "DOC": ""}, **row))
-    for seq in (2, 3, 4):
-        writer.write(ev.raw_event("big", ev.LOB_WRITE, seq, 11 + seq, lob_column="DOC", lob_data="x" * PIECE, **row))
-    writer.write(ev.raw_event("big", ev.COMMIT, 5, 20))
+    for seq in range(2, 2 + pieces):
+        # Distinct letters: a reassembly that reorders or repeats chunks cannot match.
+        data = chr(ord("a") + seq) * piece
+        writer.write(ev.raw_event("big", ev.LOB_WRITE, seq, 11 + seq, lob_column="DOC", lob_data=data, **row))
+    writer.write(ev.raw_event("big", ev.COMMIT, 2 + pieces, 20 + pieces))
     small = {"table": "s.docs", "key": {"ID": 2}}
-    writer.write(ev.raw_event("small", ev.BEGIN, 0, 21))
-    writer.write(ev.raw_event("small", ev.INSERT, 1, 22, after={"ID": 2, "DOC": "ok"}, **small))
-    writer.write(ev.raw_event("small", ev.COMMIT, 2, 23))
-    writer.heartbeat(30)
+    writer.write(ev.raw_event("small", ev.BEGIN, 0, 30 + pieces))
+    writer.write(ev.raw_event("small", ev.INSERT, 1, 31 + pieces, after={"ID": 2, "DOC": "ok"}, **small))
+    writer.write(ev.raw_event("small", ev.COMMIT, 2, 32 + pieces))
+    writer.heartbeat(40 + pieces)
     writer.flush()
 
 
@@ -138,3 +144,98 @@ def test_without_a_dlq_an_oversized_source_event_raises_a_typed_error(kafka):
     writer = RawTopicWriter(kafka.bootstrap, topics["raw"], partitions=1)
     with pytest.raises(RecordTooLarge, match="record too large"):
         writer.write(ev.raw_event("t1", ev.INSERT, 1, 2, table="s.t", after={"DOC": "z" * 2_000_000}))
+
+
+# -- a changes topic with a small max.message.bytes, both policies -------------------------------
+
+
+def _small_limit_topics(kafka: EmbeddedKafka) -> dict[str, str]:
+    """Topics whose changes topic takes records up to SMALL_LIMIT, over three partitions."""
+    topics = _topics()
+    ensure_topics(kafka.bootstrap, {topics["changes"]: 3}, config={"max.message.bytes": str(SMALL_LIMIT)})
+    _big_and_small_transactions(RawTopicWriter(kafka.bootstrap, topics["raw"], partitions=1), SMALL_PIECE, 5)
+    return topics
+
+
+def _reference(kafka: EmbeddedKafka, topics: dict[str, str]) -> ReferenceModel:
+    raw = read_to_end(kafka.bootstrap, topics["raw"])
+    return ReferenceModel().feed_all((m.partition(), m.offset(), m.value()) for m in raw)
+
+
+def _ends(kafka: EmbeddedKafka, topics: dict[str, str]) -> dict[str, dict]:
+    records = (ev.decode_transaction(m.value()) for m in read_to_end(kafka.bootstrap, topics["transactions"]))
+    return {t["id"]: t for t in records if t["status"] == "END"}
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once_dedup", "exactly_once"])
+def test_a_chunked_output_change_reassembles_to_the_reference_change(kafka, tmp_path, guarantee):
+    topics = _small_limit_topics(kafka)
+    for _ in range(2):  # the second run (a restart) finds nothing left to write
+        proc = _run(
+            kafka, topics, tmp_path / "state", "--oversized", "chunk", "--guarantee", guarantee,
+            "--transactional-id", topics["group"],
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    committed = _reference(kafka, topics).all_committed()
+    expected = [change for txn in committed for change in txn.changes]
+    assert [c["source"]["xid"] for c in expected] == ["big", "small"]
+    assert len(expected[0]["after"]["DOC"]) == 5 * SMALL_PIECE
+
+    records = list(read_to_end(kafka.bootstrap, topics["changes"], reassemble=False))
+    chunks = [m for m in records if chunk_of(m.headers()) is not None]
+    positions = [chunk_of(m.headers()) for m in chunks]
+    n = len(chunks)
+    assert n >= 3
+    assert positions == [(i, n, expected[0]["event_id"]) for i in range(n)]  # in offset order, once
+    assert {(m.key(), m.partition()) for m in chunks} == {(records[0].key(), records[0].partition())}
+    assert all(len(m.value()) < SMALL_LIMIT for m in chunks)
+
+    changes = [ev.decode_change(m.value()) for m in read_to_end(kafka.bootstrap, topics["changes"])]
+    assert changes == expected  # field by field, each change once, the chunked one whole
+    ends = _ends(kafka, topics)
+    assert {xid: (e["event_count"], e["reason"]) for xid, e in ends.items()} == {"big": (1, None), "small": (1, None)}
+    assert list(read_to_end(kafka.bootstrap, topics["dlq"])) == []
+
+
+def test_with_a_small_limit_the_dlq_policy_dead_letters_the_change_and_keeps_the_rest(kafka, tmp_path):
+    topics = _small_limit_topics(kafka)
+    proc = _run(kafka, topics, tmp_path / "state", "--oversized", "dlq")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    committed = _reference(kafka, topics).all_committed()
+    big, small = (change for txn in committed for change in txn.changes)
+    changes = [ev.decode_change(m.value()) for m in read_to_end(kafka.bootstrap, topics["changes"])]
+    assert changes == [small]
+    (dead,) = read_to_end(kafka.bootstrap, topics["dlq"])
+    headers = read_dlq_headers(dead.headers())
+    assert (headers["xid"], headers["event_id"]) == ("big", big["event_id"])
+    assert int(headers["size"]) > 5 * SMALL_PIECE  # the producer is capped at the smallest output limit
+    ends = _ends(kafka, topics)
+    assert ends["big"]["event_count"] == 1 and "1 change(s) dead-lettered" in ends["big"]["reason"]
+    assert ends["small"]["reason"] is None
+
+
+@pytest.mark.parametrize("policy", ["chunk", "fail"])
+def test_an_oversized_source_event_follows_the_policy(kafka, policy):
+    """Raw events are not chunked: `chunk` dead-letters them like `dlq`, `fail` raises."""
+    topics = _topics()
+    ensure_topics(kafka.bootstrap, {topics["raw"]: 1}, config={"max.message.bytes": "100000"})
+    writer = RawTopicWriter(
+        kafka.bootstrap, topics["raw"], dlq_topic=topics["dlq"], source="generate", oversized=policy
+    )
+    writer.write(ev.raw_event("t1", ev.BEGIN, 0, 1))
+    big = ev.raw_event("t1", ev.INSERT, 1, 2, table="s.docs", after={"DOC": "y" * 200_000})
+    if policy == "fail":
+        with pytest.raises(RecordTooLarge, match="record too large"):
+            writer.write(big)
+        return
+    writer.write(big)
+    writer.write(ev.raw_event("t1", ev.COMMIT, 2, 3))
+    writer.flush()
+    ops = [ev.decode_raw(m.value())["op"] for m in read_to_end(kafka.bootstrap, topics["raw"])]
+    assert ops == [ev.BEGIN, ev.COMMIT]
+    (dead,) = read_to_end(kafka.bootstrap, topics["dlq"])
+    headers = read_dlq_headers(dead.headers())
+    assert headers["reason"].endswith("raw events are not chunked") and int(headers["size"]) > 200_000
+    assert ev.decode_raw(dead.value()) == big  # the event itself, untouched
