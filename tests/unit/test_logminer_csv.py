@@ -156,6 +156,7 @@ def test_echoed_command_repeated_heading_and_feedback_lines_are_skipped(tmp_path
         f.write("\n37 rows selected.\n")
     export = LogMinerExport(path)
     evs, dlq = mapped(path)
+    assert detect_format(path) == "logminer-csv"  # the echoed command above the heading does not hide it
     assert export.skipped_lines == 1
     assert [{k: e[k] for k in KEEP} for e in evs] == [{k: e[k] for k in KEEP} for e in mapped(EXPORT)[0]]
     assert [d["reason"] for d in dlq] == [d["reason"] for d in mapped(EXPORT)[1]]
