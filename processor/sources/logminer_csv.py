@@ -83,13 +83,22 @@ class _BadValue(ValueError):
 
 
 def detect_format(path: str | Path) -> str:
-    """ "logminer-csv" when the header names a column only a spool of the view has, else "rows"."""
+    """ "logminer-csv" when the heading names a column only a spool of the view has, else "rows".
+
+    The heading is the first line naming SCN among the first 50 (a spool may start with an echoed
+    command); a first line that opens a JSON object means JSON lines."""
     with open(path, encoding="utf-8", newline="") as f:
+        seen = 0
         for line in f:
-            if line.strip():
-                if line.lstrip().startswith("{"):
-                    return "rows"  # JSON lines
-                header = {_column(c) for c in next(csv.reader([line]))}
+            if not line.strip():
+                continue
+            if seen == 0 and line.lstrip().startswith("{"):
+                return "rows"  # JSON lines
+            seen += 1
+            if seen > 50:
+                break
+            header = {_column(c) for c in next(csv.reader([line]))}
+            if "SCN" in header:
                 return "logminer-csv" if header & EXPORT_ONLY else "rows"
     return "rows"
 
