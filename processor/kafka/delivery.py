@@ -8,16 +8,56 @@ dead letters) and the input offsets they imply (send_offsets_to_transaction). Ev
 released in the batch is finished inside it, so an END never commits without its changes. Kafka
 is then the only source of truth: on start the runner rebuilds every partition from the committed
 offsets rather than trusting a local store that may be ahead of an aborted transaction.
+
+librdkafka's transactional calls can block far past their timeout: send_offsets_to_transaction
+waits forever when the group coordinator went away during the transaction (seen after a broker
+SIGKILL and restart: the processor stalled, the group could not rebalance, SIGTERM went unheard;
+confluentinc/librdkafka#5456, #5511). Each call here therefore runs with a hard deadline, and a
+call that misses it raises TransactionStuck: the process exits (code 3) and its restart, with the
+same transactional.id, fences the open transaction.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaException, TopicPartition
 
+from processor.kafka.admin import KafkaUnavailable
+
 log = structlog.get_logger(__name__)
+
+
+class TransactionStuck(KafkaUnavailable):
+    """A transactional call of the producer did not return by its hard deadline."""
+
+
+def bounded_call(what: str, call: Callable[[], Any], deadline_s: float) -> Any:
+    """call() in a helper thread, waited for at most deadline_s; TransactionStuck past it (the
+    thread, blocked inside librdkafka, is abandoned: the caller must not use the producer again)."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"txn-{what}", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        log.error("exactly_once.stuck", call=what, waited_s=deadline_s)
+        raise TransactionStuck(
+            f"producer {what} did not return within {deadline_s:g}s (librdkafka ignores its timeout when the "
+            "group coordinator went away mid-transaction); exiting so that a restart fences the transaction"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 class AtLeastOnce:
@@ -49,19 +89,26 @@ class ExactlyOnce:
     trusts_local_store = False
     commits_offsets_itself = False
 
-    def __init__(self, producer, emitter, flush_timeout_s: float = 60.0) -> None:
+    def __init__(self, producer, emitter, flush_timeout_s: float = 60.0, stuck_grace_s: float = 15.0) -> None:
         self.producer, self.emitter = producer, emitter
         self.flush_timeout_s = flush_timeout_s
+        self.stuck_grace_s = stuck_grace_s  # past the call's own timeout: the call is stuck
         self.in_transaction = False
         self.committed_batches = 0
 
+    def _txn_call(self, what: str, *args: Any) -> Any:
+        method = getattr(self.producer, what)
+        return bounded_call(
+            what, lambda: method(*args, self.flush_timeout_s), self.flush_timeout_s + self.stuck_grace_s
+        )
+
     def start(self) -> None:
-        self.producer.init_transactions(self.flush_timeout_s)
+        self._txn_call("init_transactions")
 
     def standalone(self, produce: Callable[[], None]) -> None:
         self.producer.begin_transaction()
         produce()
-        self.producer.commit_transaction(self.flush_timeout_s)
+        self._txn_call("commit_transaction")
 
     def begin_batch(self) -> None:
         if not self.in_transaction:
@@ -83,16 +130,14 @@ class ExactlyOnce:
                     break
             else:
                 raise RuntimeError(f"{len(self.emitter.queue)} released transactions did not finish in the batch")
-            self.producer.send_offsets_to_transaction(
-                offsets(), consumer.consumer_group_metadata(), self.flush_timeout_s
-            )
-            self.producer.commit_transaction(self.flush_timeout_s)
+            self._txn_call("send_offsets_to_transaction", offsets(), consumer.consumer_group_metadata())
+            self._txn_call("commit_transaction")
             self.committed_batches += 1
         except KafkaException as exc:
             error = exc.args[0]
             if error.txn_requires_abort():
                 log.error("exactly_once.abort", error=str(error))
-                self.producer.abort_transaction(self.flush_timeout_s)
+                self._txn_call("abort_transaction")
             raise  # the runner stops; a restart rebuilds from the committed offsets
         finally:
             self.in_transaction = False

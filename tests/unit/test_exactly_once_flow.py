@@ -6,12 +6,16 @@ to end on Apache Kafka in tests/integration/test_exactly_once.py (SIGKILL, zombi
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.core import events as ev
 from processor.core.engine import Committed, PartitionEngine
-from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, for_guarantee
+from processor.kafka.admin import KafkaUnavailable
+from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, TransactionStuck, for_guarantee
 from processor.runtime.emitter import Emitter
 from processor.store.memory import MemoryStore
 
@@ -131,6 +135,34 @@ def test_abortable_commit_failure_aborts_and_stops_the_runner():
         delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
     assert producer.calls[-1] == "abort"
     assert not delivery.in_transaction
+
+
+class CoordinatorLostProducer(RecordingProducer):
+    """send_offsets_to_transaction never returns, whatever its timeout: librdkafka after a broker
+    SIGKILL and restart (confluentinc/librdkafka#5456; a py-spy dump showed the processor waiting in
+    rd_kafka_send_offsets_to_transaction for over 5 minutes with a 60 s timeout)."""
+
+    def __init__(self):
+        super().__init__()
+        self.never = threading.Event()
+
+    def send_offsets_to_transaction(self, offsets, metadata, timeout):
+        self.calls.append("offsets")
+        self.never.wait()
+
+
+@pytest.mark.timeout(30)  # before the fix this hung forever
+def test_a_send_offsets_call_that_never_returns_stops_the_batch_within_its_deadline():
+    producer = CoordinatorLostProducer()
+    delivery = ExactlyOnce(producer, Emitter(Sink(producer)), flush_timeout_s=0.2, stuck_grace_s=0.3)
+    delivery.begin_batch()
+    started = time.monotonic()
+    with pytest.raises(TransactionStuck, match=r"send_offsets_to_transaction did not return within 0\.5s") as caught:
+        delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+    assert time.monotonic() - started < 3
+    assert isinstance(caught.value, KafkaUnavailable)  # the CLI exits with code 3; a restart fences
+    assert producer.calls == ["begin", "flush", "offsets"] and not delivery.in_transaction
+    producer.never.set()
 
 
 def test_exactly_once_never_trusts_the_local_store_and_commits_offsets_only_in_transactions():
