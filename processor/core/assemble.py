@@ -46,7 +46,7 @@ def iter_changes(store: Store, txn: Txn) -> Iterator[Change]:
             continue  # merged into its target below
         op, seq, scn, ts_ms, table, row_id, attrs, kafka_key, body_at = header
         change = Change(op, seq, scn, ts_ms, table, row_id, attrs, kafka_key, body_at, raw)
-        if txn.fragments and change.op in ev.ROW_OPS:
+        if txn.fragments and change.op in ev.ROW_OPS and change.op != ev.DELETE:  # a DELETE has no after
             _merge_fragments(store, txn, change)
         yield change
 

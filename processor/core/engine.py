@@ -192,6 +192,7 @@ class PartitionEngine:
                 offset, key, value, f"undo row: no earlier change with row_id {e['row_id']!r} in {txn.xid}"
             )
         self.batch.delete(keys.event_key(txn.prefix, target))
+        self._drop_fragments_of(txn, target, target + 1)
         self.stats.undone += 1
         return []
 
@@ -211,6 +212,8 @@ class PartitionEngine:
         if target is None:
             return self._dead(offset, key, value, f"{e['op']}: no preceding INSERT/UPDATE of the row in {txn.xid}")
         seq = e["seq"]
+        if self.store.get(keys.event_key(txn.prefix, seq)) is not None:
+            self._forget_pointers_to(txn, seq)  # a fragment sent again has one target: the new one
         self.batch.put(keys.event_key(txn.prefix, seq), stored.pack(e, value, body_at, None))
         self.batch.put(keys.fragment_prefix(txn.prefix, target) + keys.seq_bytes(seq), b"")
         if e["subxid"] is not None:
@@ -248,6 +251,7 @@ class PartitionEngine:
         del txn.savepoints[i + 1 :]
         # Stale index entries of the dropped range are skipped by their readers.
         self.batch.delete_range(keys.event_key(txn.prefix, start + 1), keys.event_key(txn.prefix, e["seq"]))
+        self._drop_fragments_of(txn, start + 1, e["seq"])
         self._dirty.add(txn.xid)
         return []
 
@@ -261,9 +265,29 @@ class PartitionEngine:
         self.flush_data()
         prefix = keys.subxid_prefix(txn.prefix, e["subxid"])
         for index_key, _ in self.store.scan(prefix, prefix + keys.seq_bytes(e["seq"])):
-            self.batch.delete(keys.event_key(txn.prefix, keys.seq_of(index_key)))
             self.batch.delete(index_key)
+            seq = keys.seq_of(index_key)
+            buffered = self.store.get(keys.event_key(txn.prefix, seq))
+            if buffered is None or codec.decode_raw_view(stored.raw_of(buffered))["subxid"] != e["subxid"]:
+                continue  # stale: rolled back already, or a later event of another subxid reused the seq
+            self.batch.delete(keys.event_key(txn.prefix, seq))
+            self._drop_fragments_of(txn, seq, seq + 1)
         return []
+
+    def _drop_fragments_of(self, txn: Txn, first: int, end: int) -> None:
+        """A removed change takes its fragments along (docs/semantics.md): forget the pointers of the
+        targets first..end-1, so an event later buffered at such a seq never picks them up."""
+        if txn.fragments and first < end:
+            self.batch.delete_range(keys.fragment_prefix(txn.prefix, first), keys.fragment_prefix(txn.prefix, end))
+
+    def _forget_pointers_to(self, txn: Txn, fragment_seq: int) -> None:
+        """Drop every target's pointer to this fragment seq. Only a fragment buffered where an
+        event already is pays this scan of the transaction's pointers."""
+        if not txn.fragments:
+            return
+        for pointer, _ in self.store.scan_prefix(txn.prefix + keys.FRAGMENT):
+            if keys.seq_of(pointer) == fragment_seq:
+                self.batch.delete(pointer)
 
     def _commit(self, txn: Txn, offset: int, e: codec.RawFields) -> list[Action]:
         self._advance_watermark(e["scn"])

@@ -327,7 +327,7 @@ class ReferenceModel:
                 continue
             after = change["after"]
             fragments = [txn.buffer[f] for f in sorted(fragments_of.get(seq, ()))]
-            if fragments and change["op"] in (INSERT, UPDATE):
+            if fragments and change["op"] in (INSERT, UPDATE, READ):  # a row image: not a DELETE
                 after = dict(after or {})
                 for fragment in fragments:
                     column = fragment["lob_column"]
