@@ -6,6 +6,11 @@ abandoned) prove how it finished, so the rebuilt engine drops the re-read tail a
 instead of emitting or dead-lettering it. The newest `keep_below` finished transactions below the
 watermark are loaded too, as a local store keeps them, so late duplicates (a re-sent COMMIT) are
 dropped the same way on an empty disk as on the old one.
+
+Both topics are read read_committed up to their high watermark, so a Kafka transaction still open
+on them (another instance mid-batch, or one that died: until a restart with its transactional.id
+fences it, or the coordinator aborts it after transaction.timeout.ms, 60 s by default) makes the
+rebuild wait. The wait is logged up front (index.rebuild_waits) and bounded by the read's timeout.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import structlog
 from processor.core import events as ev
 from processor.core.txn import COMMITTED
 from processor.kafka.client_config import KafkaClientConfig
+from processor.kafka.end_offsets import list_offsets, topic_partitions
 from processor.kafka.read import read_to_end
 
 log = structlog.get_logger(__name__)
@@ -26,10 +32,28 @@ log = structlog.get_logger(__name__)
 def _read_all(client: KafkaClientConfig | str, topic: str, timeout_s: float = 300.0):
     """Every record value of a topic up to its true end (nothing if the topic does not exist)."""
     try:
+        _log_open_transactions(client, topic, timeout_s)
         for msg in read_to_end(client, topic, "txbuffer-index-rebuild", timeout_s):
             yield msg.value()
     except LookupError:
         return
+
+
+def _log_open_transactions(client: KafkaClientConfig | str, topic: str, timeout_s: float) -> None:
+    """Warn when an open Kafka transaction holds a partition's last stable offset below its end."""
+    partitions = topic_partitions(client, topic)
+    ends = list_offsets(client, partitions, "latest")
+    stable = list_offsets(client, partitions, "latest", read_committed=True)
+    held = {p: {"stable": stable[(t, p)], "end": ends[(t, p)]} for t, p in partitions if stable[(t, p)] < ends[(t, p)]}
+    if held:
+        log.warning(
+            "index.rebuild_waits",
+            topic=topic,
+            partitions=held,
+            reason="an open Kafka transaction holds the last stable offset; read_committed waits until it "
+            "is committed, fenced by a restart or aborted after transaction.timeout.ms",
+            timeout_s=timeout_s,
+        )
 
 
 def completed_from_records(
