@@ -452,6 +452,8 @@ class Chaos:
                 self.note("committed-probe-failed", error=str(exc))
             if committed and all(committed.get(p, -1) >= end for p, end in ends.items()):
                 self.note("reached-end", committed=committed)
+                # A group stalled after the feed (e.g. a member stuck in a transactional call) shows here.
+                self.out.figures["end_after_feed_s"] = round(time.monotonic() - self.feed_done_at, 2)
                 if self.c.storm_rounds:
                     # Measured from the storm's end or the feed's end, whichever is later: the bound
                     # is the catching up after both, not the rest of a slow feed.
@@ -494,6 +496,7 @@ class Chaos:
                 codes[inst.index] = f"killed after 60 s: {inst.proc.wait(10)}"
             inst.proc = None
         self.out.figures["final_exit_codes"] = codes
+        self.out.figures["sigterm_ignored"] = sum(1 for code in codes.values() if isinstance(code, str))
         self.note("stopped", exit_codes=codes)
 
     def _finish_round(self) -> None:
@@ -572,6 +575,12 @@ class Chaos:
                 "restarts_with_output": len(recov),
                 "recovery_first_output_s": dist(recov),
                 "recovery_assigned_s": dist(joined),
+                # exactly_once: transactional calls that missed their hard deadline (exit 3, restarted).
+                "stuck_txn_calls": sum(
+                    i.log_path.read_text(errors="replace").count('"exactly_once.stuck"')
+                    for i in self.instances
+                    if i.log_path.exists()
+                ),
             }
         )
         self.out.restarts = [asdict(r) for r in self.restarts]
@@ -590,6 +599,7 @@ class Chaos:
             and not f["resync_records"]
             and not f["dlq_records"]
             and not f["never_finished"]
+            and not f.get("sigterm_ignored")
             and f["partitions_assigned"].get("ok")
             and storm_ok
         )
