@@ -87,7 +87,7 @@ def detect_format(path: str | Path) -> str:
 
     The heading is the first line naming SCN among the first 50 (a spool may start with an echoed
     command); a first line that opens a JSON object means JSON lines."""
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
         seen = 0
         for line in f:
             if not line.strip():
@@ -136,7 +136,7 @@ class LogMinerExport:
     # ---- reading ---------------------------------------------------------------------------
 
     def _records(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        with open(self.path, encoding="utf-8", newline="") as f:
+        with open(self.path, encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f)
             last = 0
             header: list[str] | None = None

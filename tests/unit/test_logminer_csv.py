@@ -220,3 +220,13 @@ def test_replay_command_exits_2_on_a_spoiled_export_without_touching_kafka(tmp_p
     with capture_logs() as logs:
         assert args.func(args) == 2
     assert [(line["event"], "NLS_DATE_FORMAT" in line["error"]) for line in logs] == [("config.invalid", True)]
+
+
+def test_a_windows_spool_with_bom_and_crlf_reads_the_same(tmp_path):
+    path = tmp_path / "win.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + EXPORT.read_bytes().replace(b"\n", b"\r\n"))
+    assert detect_format(path) == "logminer-csv"
+    (evs, dlq), (want, want_dlq) = mapped(path), mapped(EXPORT)
+    # Line breaks inside the PL/SQL of LOB rows are CRLF too; the values read the same.
+    assert [{k: e[k] for k in KEEP} for e in evs] == [{k: e[k] for k in KEEP} for e in want]
+    assert dlq == want_dlq
