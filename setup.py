@@ -28,4 +28,4 @@ def ext_modules() -> list:
 
 
 # The sources ride in the sdist (MANIFEST.in) but not in the wheel.
-setup(ext_modules=ext_modules(), exclude_package_data={"processor.core": ["_avro_fast.pyx", "_avro_fast.c"]})
+setup(ext_modules=ext_modules(), exclude_package_data={"processor.core": ["_avro_fast.pyx", "_avro_fast.c", "*.pxi"]})

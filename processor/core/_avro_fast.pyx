@@ -1087,6 +1087,10 @@ cdef class ChangeWriter:
     def encode(self, str op, seq, scn, ts_ms, table, row_id, attrs, bytes raw not None, Py_ssize_t body_at,
                total_order, collection_order):
         """The ChangeEvent of one change (op is the RawEvent op); equal to fastavro's encoding."""
+        return self._encode(op, seq, scn, ts_ms, table, row_id, attrs, raw, body_at, total_order, collection_order)
+
+    cdef object _encode(self, str op, seq, scn, ts_ms, table, row_id, attrs, bytes raw, Py_ssize_t body_at,
+                        total_order, collection_order):
         cdef Writer w
         cdef int64_t s
         cdef char digits[24]
@@ -1144,3 +1148,8 @@ cdef Node _LONG = _compile("long", {}, "", set())
 cdef Node _INT = _compile("int", {}, "", set())
 cdef Node _OPT_STRING = _compile(["null", "string"], {}, "", set())
 cdef Node _STRING_MAP = _compile({"type": "map", "values": "string"}, {}, "", set())
+
+
+include "_change_key.pxi"
+include "_emit.pxi"
+include "_lane.pxi"

@@ -14,6 +14,10 @@ API (identical on both backends):
   encode_raw / encode_change / encode_transaction / encode_outcome(record) -> bytes
   ChangeWriter(xid, commit_scn, commit_ts_ms, thread, user).encode(
       op, seq, scn, ts_ms, table, row_id, attrs, raw, body_at, total_order, collection_order) -> bytes
+  change_key(table, key) -> bytes                           events.change_key's bytes
+  change_stream(writer, produced, tables) -> ChangeStream   one committed transaction's ChangeEvents
+  AckTracker(txn, engine, errors)                           its emit cursor, from acknowledgements
+  buffer_changes(engine, records, i, open_txns, put) -> int the engine's fast lane (compiled only)
 
 A RawView is one RawEvent validated to its last byte: every field as an attribute or
 view["name"], `raw` (the record's bytes), `body_at` (where key/before/after/ddl start, the part
@@ -27,21 +31,27 @@ import importlib
 import json
 import os
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Protocol
 
 import structlog
 
 from . import events as _ev
+from .codec_py import PyAckTracker, PyChangeStream, no_lane
 from .events import DecodeError
 
 __all__ = [
     "BACKEND",
     "BACKEND_REASON",
+    "AckTracker",
     "ChangeEncoder",
     "ChangeWriter",
     "DecodeError",
     "RawView",
     "announce",
+    "buffer_changes",
+    "change_key",
+    "change_stream",
     "decode_change",
     "decode_outcome",
     "decode_raw",
@@ -266,6 +276,8 @@ def _compiled() -> dict[str, Any]:
     fast.enable_change_writer(
         codecs["raw_event"], codecs["change_event"], dict(_ev.ENVELOPE_OP), _ev.encode_change_spliced
     )
+    fast.enable_change_key(_ev.change_key)
+    fast.enable_lane(_ev.ROW_OPS)
     return codecs
 
 
@@ -286,6 +298,10 @@ def _choose() -> tuple[str, str, dict[str, Any] | None]:
 BACKEND, BACKEND_REASON, _codecs = _choose()
 
 ChangeWriter: Callable[[str, int, int, int, str | None], ChangeEncoder]
+change_key: Callable[[str | None, dict[str, Any] | None], bytes]
+change_stream: Callable[[Any, int, dict[str, int]], Any]
+AckTracker: Callable[[Any, Any, list[str]], Any]
+buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None]], int]
 decode_raw_view: Callable[[bytes], RawView]
 _view_batch: Callable[[Iterable[bytes | None]], list[Any]]
 decode_raw: Callable[[bytes], dict[str, Any]]
@@ -300,6 +316,10 @@ encode_outcome: Callable[[dict[str, Any]], bytes]
 if _codecs is not None:
     RAW_VIEW_TYPE: type = _codecs["module"].RawView
     ChangeWriter = _codecs["module"].ChangeWriter
+    change_key = _codecs["module"].change_key
+    change_stream = _codecs["module"].ChangeStream
+    AckTracker = _codecs["module"].AckTracker
+    buffer_changes = _codecs["module"].buffer_changes
     decode_raw_view = _codecs["raw_event"].view
     _view_batch = _codecs["raw_event"].view_batch
     decode_raw, encode_raw = _codecs["raw_event"].decode, _codecs["raw_event"].encode
@@ -310,6 +330,10 @@ if _codecs is not None:
 else:
     RAW_VIEW_TYPE = PyRawView
     ChangeWriter = PyChangeWriter
+    change_key = _ev.change_key
+    change_stream = partial(PyChangeStream, view=_py_view)
+    AckTracker = PyAckTracker
+    buffer_changes = no_lane
     decode_raw_view = _py_view
     _view_batch = _py_view_batch
     decode_raw, encode_raw = _ev.decode_raw, _ev.encode_raw

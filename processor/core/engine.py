@@ -23,7 +23,7 @@ from processor.core.validation import validate
 
 __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", "Stats", "validate"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: buffered events are stored as their raw bytes (stored.py)
 _DONE = struct.Struct(">Q")
 
 
@@ -46,8 +46,32 @@ class PartitionEngine:
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
         self._pos_dirty = False
+        # The compiled lane applies plain changes; a table filter sends every record to apply().
+        self._lane = None if filters.include_tables or filters.exclude_tables else codec.buffer_changes
 
     # ------------------------------------------------------------------ apply
+
+    def apply_records(self, records: list[Any]) -> list[Action]:
+        """Apply one partition's consumed records in order; return the actions they cause.
+
+        A record is anything with offset(), key() and value() (a consumer's message). Records
+        below next_offset were applied already and are skipped. Runs of plain changes of open
+        transactions go through the compiled lane (codec.buffer_changes), which writes exactly
+        what _change writes; every other record goes through apply().
+        """
+        actions: list[Action] = []
+        lane, n, i = self._lane, len(records), 0
+        while i < n:
+            if lane is not None:
+                i = lane(self, records, i, self.open, self.batch.put)
+                if i == n:
+                    break
+            record = records[i]
+            i += 1
+            offset = record.offset()
+            if offset >= self.next_offset:
+                actions.extend(self.apply(offset, record.key(), record.value()))
+        return actions
 
     def apply(self, offset: int, key: bytes | None, value: bytes | None) -> list[Action]:
         """Apply one raw record at `offset`; return the actions it causes."""
@@ -152,7 +176,7 @@ class PartitionEngine:
             return []
         seq = e["seq"]
         put = self.batch.put
-        put(keys.event_key(txn.prefix, seq), stored.pack(e, value, body_at, ev.change_key(e["table"], e["key"])))
+        put(keys.event_key(txn.prefix, seq), value)  # the raw bytes: see stored.py
         sb = keys.seq_bytes(seq)
         if e["row_id"] and e["op"] in ev.ROW_OPS:
             put(keys.row_prefix(txn.prefix, e["row_id"]) + sb, b"")
@@ -214,7 +238,7 @@ class PartitionEngine:
         seq = e["seq"]
         if self.store.get(keys.event_key(txn.prefix, seq)) is not None:
             self._forget_pointers_to(txn, seq)  # a fragment sent again has one target: the new one
-        self.batch.put(keys.event_key(txn.prefix, seq), stored.pack(e, value, body_at, None))
+        self.batch.put(keys.event_key(txn.prefix, seq), value)
         self.batch.put(keys.fragment_prefix(txn.prefix, target) + keys.seq_bytes(seq), b"")
         if e["subxid"] is not None:
             self.batch.put(keys.subxid_prefix(txn.prefix, e["subxid"]) + keys.seq_bytes(seq), b"")
@@ -400,7 +424,6 @@ class PartitionEngine:
             "next_offset": self.next_offset,
             "watermark": self.watermark,
             "version": FORMAT_VERSION,
-            "marshal": stored.MARSHAL_VERSION,
         }
         self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
         self._pos_dirty = False
@@ -425,8 +448,8 @@ class PartitionEngine:
         if raw_pos is None:
             return None
         pos = json.loads(raw_pos)
-        if pos.get("version") != FORMAT_VERSION or pos.get("marshal") != stored.MARSHAL_VERSION:
-            return None  # written by another format or interpreter: rebuilt, never misread
+        if pos.get("version") != FORMAT_VERSION:
+            return None  # written by another format: rebuilt, never misread
         eng = cls(partition, store, filters, min_completed)
         eng.next_offset, eng.watermark = pos["next_offset"], pos["watermark"]
         pending = []

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import Any
 
-from processor.core import codec
+from processor.core import codec, keys
 from processor.core import events as ev
 from processor.core.assemble import change_event_bytes, change_writer, iter_changes, transaction_event
 from processor.core.contracts import Sink
@@ -27,17 +27,26 @@ class DeliveryFailed(RuntimeError):
     """The broker refused an output after the producer's retries; the process must restart."""
 
 
-@dataclass
 class Emission:
-    engine: PartitionEngine
-    txn: Txn
-    produced: int = 0  # total_order of the last change sent
-    tables: dict = field(default_factory=dict)  # per-table count of changes sent
-    inflight: deque = field(default_factory=deque)  # (total_order, seq, table), in send order
-    acked_ahead: set = field(default_factory=set)  # acked total_orders beyond the contiguous prefix
-    all_sent: bool = False
-    end_sent: bool = False
-    end_acked: bool = False
+    """One released transaction: its change numbering (stream) and its acknowledgements (acks)."""
+
+    __slots__ = ("acks", "all_sent", "end_acked", "end_sent", "engine", "stream", "txn")
+
+    def __init__(self, engine: PartitionEngine, txn: Txn, stream: Any, acks: Any):
+        self.engine, self.txn, self.stream, self.acks = engine, txn, stream, acks
+        self.all_sent = self.end_sent = self.end_acked = False
+
+    @property
+    def produced(self) -> int:
+        """total_order of the last change sent."""
+        produced: int = self.stream.produced
+        return produced
+
+    @property
+    def tables(self) -> dict[str, int]:
+        """Changes sent per table (from the start of the transaction)."""
+        tables: dict[str, int] = self.stream.tables
+        return tables
 
 
 class Emitter:
@@ -45,7 +54,8 @@ class Emitter:
         self.sink = sink
         self.ordering = ordering
         self.tombstones = tombstones
-        self.queue: deque[Emission] = deque()
+        self.queue: deque[Emission] = deque()  # released and not finished, in release order
+        self._to_end: deque[Emission] = deque()  # the tail of queue whose END is not sent yet
         self.errors: list[str] = []
         self.changes_emitted = 0
         self.transactions_emitted = 0
@@ -53,48 +63,48 @@ class Emitter:
 
     def release(self, engine: PartitionEngine, txn: Txn) -> None:
         """Stream every change of a committed transaction to the sink, in seq order."""
-        em = Emission(engine, txn, produced=txn.acked_count, tables=dict(txn.acked_tables))
+        writer = change_writer(txn)
+        em = Emission(
+            engine,
+            txn,
+            codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)),
+            codec.AckTracker(txn, engine, self.errors),
+        )
         self.queue.append(em)
+        self._to_end.append(em)
         key = txn.xid.encode()
         self.sink.send_transaction(
             key, codec.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), self._check
         )
-        writer = change_writer(txn)
-        for change in iter_changes(engine.store, txn):
-            table = change.table or ""
-            em.produced += 1
-            em.tables[table] = em.tables.get(table, 0) + 1
-            order = em.produced
-            em.inflight.append((order, change.seq, table))
-            value = change_event_bytes(change, txn, order, em.tables[table], writer)
-            self.sink.send_change(
-                change.kafka_key, value, lambda err, em=em, order=order: self._change_acked(em, order, err)
-            )
-            if self.tombstones and change.op == ev.DELETE:
-                self.sink.send_change(change.kafka_key, None, self._check)
-            self.changes_emitted += 1
+        send, track, tombstones = self.sink.send_change, em.acks.track, self.tombstones
+        sent = 0
+        if txn.fragments:  # changes may have fragments to merge: the decoding path
+            for change in iter_changes(engine.store, txn):
+                total_order, collection_order = em.stream.number(change.table)
+                value = change_event_bytes(change, txn, total_order, collection_order, writer)
+                send(change.kafka_key, value, track(change.seq, change.table or ""))
+                if tombstones and change.op == ev.DELETE:
+                    send(change.kafka_key, None, self._check)
+                sent += 1
+        else:
+            begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
+            following = em.stream.next
+            for _, raw in engine.store.scan(begin, keys.upper_bound(txn.prefix + keys.EVENT)):
+                out = following(raw)
+                if out is None:
+                    continue
+                kafka_key, value, seq, table, op = out
+                send(kafka_key, value, track(seq, table))
+                if tombstones and op == ev.DELETE:
+                    send(kafka_key, None, self._check)
+                sent += 1
+        self.changes_emitted += sent
         em.all_sent = True
         self.advance()
 
     def _check(self, err: object | None) -> None:
         if err is not None:
             self.errors.append(str(err))
-
-    def _change_acked(self, em: Emission, order: int, err: object | None) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-            return
-        em.acked_ahead.add(order)
-        moved = False
-        while em.inflight and em.inflight[0][0] in em.acked_ahead:
-            order0, seq, table = em.inflight.popleft()
-            em.acked_ahead.discard(order0)
-            txn = em.txn
-            txn.acked_seq, txn.acked_count = seq, order0
-            txn.acked_tables[table] = txn.acked_tables.get(table, 0) + 1
-            moved = True
-        if moved:
-            em.engine.cursor_moved(em.txn)
 
     def _end_acked(self, em: Emission, err: object | None) -> None:
         if err is not None:
@@ -106,18 +116,21 @@ class Emitter:
         """Send ENDs and finish acknowledged transactions, in release order. Returns how many finished."""
         if self.errors:
             raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
-        for em in self.queue:
-            if not (em.all_sent and not em.inflight):
+        to_end = self._to_end
+        while to_end:
+            em = to_end[0]
+            if not em.all_sent or em.acks.pending:
                 break  # later ENDs wait, so END order follows commit order
-            if not em.end_sent:
-                em.end_sent = True
-                end = transaction_event("END", em.txn, self.ordering, em.produced, em.tables)
-                self.sink.send_transaction(
-                    em.txn.xid.encode(), codec.encode_transaction(end), lambda err, em=em: self._end_acked(em, err)
-                )
+            to_end.popleft()
+            em.end_sent = True
+            end = transaction_event("END", em.txn, self.ordering, em.produced, em.tables)
+            self.sink.send_transaction(
+                em.txn.xid.encode(), codec.encode_transaction(end), lambda err, em=em: self._end_acked(em, err)
+            )
         finished = 0
-        while self.queue and self.queue[0].end_acked:
-            em = self.queue.popleft()
+        queue = self.queue
+        while queue and queue[0].end_acked:
+            em = queue.popleft()
             em.engine.acknowledged(em.txn)
             self.transactions_emitted += 1
             finished += 1
@@ -131,3 +144,4 @@ class Emitter:
     def drop_partition(self, engine: PartitionEngine) -> None:
         """Forget emissions of a revoked partition; its store state resumes them elsewhere."""
         self.queue = deque(em for em in self.queue if em.engine is not engine)
+        self._to_end = deque(em for em in self._to_end if em.engine is not engine)

@@ -144,20 +144,25 @@ class Runner:
         # Transactions a previous run left committed-but-unfinished go out before anything this
         # batch commits (commit order), and before this batch can add to engine.pending.
         p.resume_pending()
+        runs: dict[int, list] = {}  # partition -> its records, in order: the engines work a run at a time
         for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consume.error", error=str(err))
+            if msg.error() is not None:
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume.error", error=str(msg.error()))
                 continue
-            state = p.held.get(msg.partition())
+            q = msg.partition()
+            run = runs.get(q)
+            if run is None:
+                runs[q] = [msg]
+            else:
+                run.append(msg)
+        for q, run in runs.items():
+            state = p.held.get(q)
             if state is None or (state.phase is not Phase.RUNNING and state.phase is not Phase.RESTORING):
                 continue
-            engine = state.engine
-            offset = msg.offset()
-            if offset < engine.next_offset:
-                continue  # already applied (re-delivered after a seek)
-            dispatcher.perform(engine, engine.apply(offset, msg.key(), msg.value()))
+            actions = state.engine.apply_records(run)
+            if actions:
+                dispatcher.perform(state.engine, actions)
         self.summary.events += len(msgs)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})

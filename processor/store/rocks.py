@@ -32,33 +32,45 @@ def free_bytes(path: Path) -> int | None:
 
 
 class RocksBatch(Batch):
+    """A rocksdict WriteBatch. put/delete/delete_range are the WriteBatch's own methods (no Python
+    frame per call on the hot path); after the store consumed the batch they raise."""
+
     def __init__(self) -> None:
         from rocksdict import WriteBatch
 
-        self.wb = WriteBatch(raw_mode=True)
-        self.n = 0
+        self.wb = wb = WriteBatch(raw_mode=True)
+        self.put = wb.put  # type: ignore[method-assign]
+        self.delete = wb.delete  # type: ignore[method-assign]
+        self.delete_range = wb.delete_range  # type: ignore[method-assign]
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: bytes) -> None:  # replaced per instance in __init__
         self.wb.put(key, value)
-        self.n += 1
 
     def delete(self, key: bytes) -> None:
         self.wb.delete(key)
-        self.n += 1
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         self.wb.delete_range(begin, end)
-        self.n += 1
+
+    def consumed(self) -> None:
+        self.wb = None  # type: ignore[assignment]
+        self.put = self.delete = self.delete_range = _consumed  # type: ignore[method-assign,assignment]
 
     def __len__(self) -> int:
-        return self.n
+        return 0 if self.wb is None else int(self.wb.len())
+
+
+def _consumed(*_: object) -> None:
+    raise RuntimeError("this batch was written already: take a new one from store.batch()")
 
 
 class RocksStore(Store):
     """rocksdict in raw mode: keys and values are bytes, ordered bytewise."""
 
     def __init__(self, path: str | Path, write_buffer_mb: int = 16, block_cache_mb: int = 16) -> None:
-        from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteOptions
+        from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, ReadOptions, WriteOptions
+
+        self._read_options = ReadOptions
 
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -84,29 +96,25 @@ class RocksStore(Store):
         assert isinstance(batch, RocksBatch)
         if self.failed is not None:
             raise self.failed  # RocksDB keeps its background error: no later write may look durable
-        if batch.n:
+        if len(batch):
             try:
                 self.db.write(batch.wb)
             except Exception as exc:  # rocksdict raises a bare Exception for RocksDB's IOError
                 self.failed = StoreWriteError(self.path, exc)
                 batch.__init__()  # type: ignore[misc]  # rocksdict consumed it; later puts must reach this error
                 raise self.failed from exc
-        batch.wb = None  # type: ignore[assignment]  # consumed: a reuse fails loudly
-        batch.n = 0
+        batch.consumed()  # a reuse fails loudly
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self.db.get(key)
         return value
 
     def scan(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self.db.iter()
-        it.seek(begin)
-        while it.valid():
-            key = it.key()
-            if key >= end:
-                break
-            yield key, it.value()
-            it.next()
+        # One native call per item: RocksDB stops at the upper bound itself. The iterator does not
+        # own the bound: this generator keeps the options alive until the scan ends.
+        opts = self._read_options()
+        opts.set_iterate_upper_bound(end)
+        yield from self.db.items(from_key=begin, read_opt=opts)
 
     def scan_reverse(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         it = self.db.iter()

@@ -545,3 +545,46 @@ def test_objects_made_without_init_raise_instead_of_crashing():
     raw = ev.encode_raw(BASE_RAW)
     with pytest.raises(Exception):  # fastavro's own error for a writer without a transaction
         writer.encode("INSERT", 1, 2, 3, "s.t", None, {}, raw, 0, 1, 1)
+
+
+# ----------------------------------------------------------------------------- emission helpers
+
+key_maps = st.one_of(st.none(), st.just({}), columns)
+
+
+@PROPS
+@given(opt_texts, key_maps)
+@example("s.t", {"a": '\x7f\x1f"\\\n\r\t\b\f/', "b": b"\x00\xff", "c": -0.0, "d": math.nan, "e": -math.inf})
+@example(None, {"😀": "𝄞", "ü": 2**63 - 1, "": -(2**63)})
+def test_compiled_change_key_equals_the_json_reference(table, key):
+    assert fast_module.change_key(table, key) == ev.change_key(table, key)
+
+
+@pytest.mark.parametrize("key", [{"a": 2**64}, {"a": [1]}, {"a": 1.5, 2: "x"}, {"a": _Str("s")}, {"a": True}])
+def test_change_key_outside_the_fast_path_gives_the_references_result(key):
+    assert outcome(fast_module.change_key, "s.t", key) == outcome(ev.change_key, "s.t", key)
+
+
+@PROPS
+@given(txn_parts, raw_records, st.integers(0, 5), st.dictionaries(opt_texts.map(lambda t: t or ""), st.integers(0, 9)))
+def test_change_stream_equals_the_python_stream(txn, record, produced, tables):
+    raw = ev.encode_raw(record)
+    fast = fast_module.ChangeStream(fast_module.ChangeWriter(**txn), produced, dict(tables))
+    slow = codec.PyChangeStream(codec.PyChangeWriter(**txn), produced, dict(tables), view=codec._py_view)
+    got, want = outcome(fast.next, raw), outcome(slow.next, raw)
+    assert got == want
+    assert (fast.produced, fast.tables) == (slow.produced, slow.tables)
+    if got[0] == "ok" and got[1] is not None:
+        kafka_key, value, seq, _table, op = got[1]
+        assert kafka_key == ev.change_key(record["table"], record["key"]) and (seq, op) == (record["seq"], record["op"])
+        assert ev.decode_change(value)["transaction"]["total_order"] == produced + 1
+
+
+def test_emission_helpers_made_without_init_raise_instead_of_crashing():
+    stream = fast_module.ChangeStream.__new__(fast_module.ChangeStream)
+    with pytest.raises(RuntimeError):
+        stream.next(ev.encode_raw(BASE_RAW))
+    with pytest.raises(RuntimeError):
+        stream.number("t")
+    with pytest.raises(RuntimeError):
+        fast_module.AckTracker.__new__(fast_module.AckTracker).track(1, "t")

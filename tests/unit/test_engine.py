@@ -483,3 +483,25 @@ def test_every_end_of_a_transaction_is_a_finished_action(store):
         "f": FILTERED,
         "c": COMMITTED,
     }
+
+
+def test_emit_cursor_moves_only_over_the_contiguously_acknowledged_prefix(store):
+    run = new_run(store)
+    run.sink.auto_ack = False
+    run.feed(ins("a", 1, 1), ins("a", 2, 2, table="s.u"), ins("a", 3, 3), R("a", ev.COMMIT, 4, 9))
+    begin, first, second, third = run.sink.unacked
+    txn = run.engine.pending["a"]
+    begin(None)
+    third(None)
+    second(None)
+    assert (txn.acked_seq, txn.acked_count, txn.acked_tables) == (-1, 0, {})  # the first is still in flight
+    run.emitter.advance()
+    assert [t["status"] for t in run.transactions] == ["BEGIN"]  # no END before every change is acknowledged
+    first(None)
+    assert (txn.acked_seq, txn.acked_count, txn.acked_tables) == (3, 3, {"s.t": 2, "s.u": 1})
+    third(None)  # a repeated report changes nothing
+    assert txn.acked_count == 3
+    run.emitter.advance()
+    assert [t["status"] for t in run.transactions] == ["BEGIN", "END"]
+    run.sink.ack_all()
+    assert run.emitter.advance() == 1 and "a" not in run.engine.pending
