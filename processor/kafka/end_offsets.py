@@ -16,11 +16,15 @@ from processor.kafka.admin import Admin
 from processor.kafka.client_config import KafkaClientConfig
 
 TopicPartitionId = tuple[str, int]
-# A just-created partition answers these until its leader is elected and known to the client.
+# A just-created partition answers these until its leader is elected and known to the client; a
+# broker just restarted on its data dir answers the epoch ones until its metadata catches up (seen
+# in bench.chaos: UNKNOWN_LEADER_EPOCH "Leader epoch is newer than broker epoch").
 _LEADERSHIP = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
 }
 
 
