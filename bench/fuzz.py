@@ -19,9 +19,9 @@ exactly what the processor sees. Prints a table and writes bench/results/fuzz-<U
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -32,36 +32,21 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.fuzz_input import PARTITIONS, fuzzed_records
 from processor.core import events as ev
+from processor.core.actions import Committed, DeadLetter
+from processor.core.engine import PartitionEngine
+from processor.core.txn import Txn
 from processor.kafka.admin import ensure_topics
 from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.dlq import read_dlq_headers
 from processor.kafka.read import read_to_end
+from processor.runtime.emitter import Emitter
+from processor.store.memory import MemoryStore
 from processor.testing.expected import dumps
-from processor.testing.generator import WorkloadGenerator
 from processor.testing.reference import ReferenceModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PARTITIONS = 4
-INT64_MAX = 2**63 - 1
-MUTATIONS = (
-    "bit_flip",
-    "truncate",
-    "wrong_schema",
-    "oversized_field",
-    "lying_length",
-    "unknown_enum",
-    "negative_seq",
-    "huge_seq_scn",
-    "non_utf8_key",
-    "non_utf8_xid",
-    "empty_value",
-    "junk_headers",
-    "commit_without_begin",
-    "duplicate_commit",
-    "unknown_txn_event",
-    "finished_txn_event",
-)
 
 
 @dataclass
@@ -103,148 +88,13 @@ class FuzzReport:
             examples.append(example)
 
 
-# ----------------------------------------------------------------------------- the input
-
-
-def _varint(n: int) -> bytes:
-    """Avro's zigzag varint of a long."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        byte = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-class Mutator:
-    """Bad (or odd) records derived from the valid stream; each returns (key, value, headers)."""
-
-    def __init__(self, rng: random.Random):
-        self.rng = rng
-        self.committed: list[dict] = []  # COMMITs seen so far (for duplicates)
-        self.finished_changes: list[dict] = []  # changes of transactions that have committed
-        self.n = 0
-
-    def observe(self, event: dict) -> None:
-        if event["op"] == ev.COMMIT:
-            self.committed.append(event)
-            del self.committed[:-200]
-        elif event["op"] in ev.CHANGE_OPS and self.committed and self.rng.random() < 0.05:
-            self.finished_changes.append(event)  # its transaction may or may not be finished yet
-            del self.finished_changes[:-200]
-
-    def fresh_xid(self) -> str:
-        self.n += 1
-        return f"fuzz-{self.n}"
-
-    def make(self, kind: str, sample: dict) -> list[tuple[bytes | None, bytes | None, list | None]]:
-        rng = self.rng
-        data = ev.encode_raw(sample)
-        key = sample["xid"].encode()
-        if kind == "bit_flip":
-            b = bytearray(data)
-            for _ in range(rng.randint(1, 3)):
-                i = rng.randrange(len(b))
-                b[i] ^= 1 << rng.randrange(8)
-            return [(key, bytes(b), None)]
-        if kind == "truncate":
-            return [(key, data[: rng.randrange(1, len(data))], None)]
-        if kind == "wrong_schema":
-            other = rng.choice(
-                [
-                    json.dumps({"xid": sample["xid"], "op": "INSERT"}).encode(),
-                    ev.encode_transaction(
-                        {
-                            "status": "END",
-                            "id": sample["xid"],
-                            "commit_scn": 1,
-                            "ts_ms": 0,
-                            "thread": 1,
-                            "event_count": 1,
-                            "data_collections": None,
-                            "input_partition": 0,
-                            "commit_offset": 0,
-                            "ordering": None,
-                            "reason": None,
-                        }
-                    ),
-                    rng.randbytes(rng.randint(1, 64)),
-                ]
-            )
-            return [(key, other, None)]
-        if kind == "oversized_field":
-            xid = self.fresh_xid()  # a valid transaction with a 256 KB column: buffered and emitted whole
-            big = {"id": self.n, "blob": "x" * (256 << 10)}
-            return [
-                (xid.encode(), ev.encode_raw(ev.raw_event(xid, ev.BEGIN, 0, sample["scn"])), None),
-                (
-                    xid.encode(),
-                    ev.encode_raw(
-                        ev.raw_event(xid, ev.INSERT, 1, sample["scn"], table="fuzz.big", key={"id": self.n}, after=big)
-                    ),
-                    None,
-                ),
-                (xid.encode(), ev.encode_raw(ev.raw_event(xid, ev.COMMIT, 2, sample["scn"])), None),
-            ]
-        if kind == "lying_length":  # the xid's length prefix claims far more bytes than follow
-            xid = sample["xid"].encode()
-            head = len(_varint(len(xid)))
-            return [(key, _varint(rng.choice([1 << 30, 1 << 40, INT64_MAX >> 1])) + data[head:], None)]
-        if kind == "unknown_enum":
-            xid = sample["xid"].encode()
-            at = len(_varint(len(xid))) + len(xid)
-            return [(key, data[:at] + _varint(rng.randint(40, 1000)) + data[at + 1 :], None)]
-        if kind == "negative_seq":
-            return [(key, ev.encode_raw({**sample, "seq": -rng.randint(1, 1 << 40)}), None)]
-        if kind == "huge_seq_scn":  # valid: a fresh transaction at the top of the long range
-            xid = self.fresh_xid()
-            top = INT64_MAX - rng.randint(0, 10)
-            return [
-                (xid.encode(), ev.encode_raw(ev.raw_event(xid, ev.BEGIN, 0, top)), None),
-                (
-                    xid.encode(),
-                    ev.encode_raw(ev.raw_event(xid, ev.INSERT, top, top, table="fuzz.huge", key={"id": self.n})),
-                    None,
-                ),
-                (xid.encode(), ev.encode_raw(ev.raw_event(xid, ev.COMMIT, top, top)), None),
-            ]
-        if kind == "non_utf8_key":  # the Kafka key is not the XID's UTF-8: the value decides
-            return [(b"\xff\xfe" + rng.randbytes(4), data, None)]
-        if kind == "non_utf8_xid":
-            xid = sample["xid"].encode()
-            head = len(_varint(len(xid)))
-            bad = b"\xc3\x28" + xid[2:] if len(xid) >= 2 else b"\xc3\x28"
-            return [(key, _varint(len(bad)) + bad + data[head + len(xid) :], None)]
-        if kind == "empty_value":
-            return [(key, rng.choice([b"", None]), None)]
-        if kind == "junk_headers":  # a valid record with junk headers: headers never matter
-            junk = [(rng.choice(["reason", "x", "", "\u00e9"]), rng.randbytes(rng.randint(0, 32))) for _ in range(3)]
-            return [(key, data, junk)]
-        if kind == "commit_without_begin":
-            xid = self.fresh_xid()
-            return [(xid.encode(), ev.encode_raw(ev.raw_event(xid, ev.COMMIT, 5, sample["scn"])), None)]
-        if kind == "duplicate_commit" and self.committed:
-            c = rng.choice(self.committed)
-            return [(c["xid"].encode(), ev.encode_raw(c), None)]
-        if kind == "unknown_txn_event":  # a change of a transaction that never began nor ends
-            xid = self.fresh_xid()
-            return [(xid.encode(), ev.encode_raw({**sample, "xid": xid}), None)]
-        if kind == "finished_txn_event" and self.finished_changes:
-            c = rng.choice(self.finished_changes)
-            return [(c["xid"].encode(), ev.encode_raw(c), None)]
-        return [(key, data[:-1], None)]  # a fallback bad record (no committed txn to copy yet)
+# ----------------------------------------------------------------------------- writing the input
 
 
 def write_fuzzed(bootstrap: str, topic: str, records: int, seed: int, bad_rate: float) -> tuple[int, Counter]:
     """Produce about `records` records; returns (records produced, mutations by kind)."""
     ensure_topics(bootstrap, {topic: PARTITIONS})
     producer = KafkaClientConfig(bootstrap).producer()
-    rng = random.Random(seed)
-    mutator = Mutator(rng)
     counts: Counter = Counter()
     failed: list[str] = []
     n = 0
@@ -253,28 +103,11 @@ def write_fuzzed(bootstrap: str, topic: str, records: int, seed: int, bad_rate: 
         if err is not None:
             failed.append(str(err))
 
-    def send(key, value, headers=None, partition=None):
-        nonlocal n
-        kw = {"partition": partition} if partition is not None else {}
-        producer.produce(topic, value, key, headers=headers, on_delivery=delivered, **kw)
+    for key, value, headers, partition in fuzzed_records(records, seed, bad_rate, counts):
+        producer.produce(topic, value, key, partition=partition, headers=headers, on_delivery=delivered)
         n += 1
         if n % 5000 == 0:
             producer.poll(0)
-
-    valid_events = int(records * (1 - bad_rate))
-    for event in WorkloadGenerator(valid_events, seed=seed, open_txns=40):
-        if event["op"] == ev.HEARTBEAT:
-            value = ev.encode_raw(event)
-            for p in range(PARTITIONS):
-                send(b"", value, partition=p)
-        else:
-            send(event["xid"].encode(), ev.encode_raw(event))
-        mutator.observe(event)
-        if event["op"] != ev.HEARTBEAT and rng.random() < bad_rate / (1 - bad_rate):
-            kind = rng.choice(MUTATIONS)
-            for key, value, headers in mutator.make(kind, event):
-                send(key, value, headers)
-            counts[kind] += 1
     producer.flush(120)
     if failed:
         raise RuntimeError(f"{len(failed)} fuzz records were not written: {failed[:3]}")
@@ -310,64 +143,94 @@ def run_processor(bootstrap: str, topics: Topics, state_dir: Path, log_path: Pat
         return subprocess.run(args, stdout=out, stderr=out, timeout=timeout_s, env=dict(os.environ)).returncode
 
 
-def check(bootstrap: str, topics: Topics, report: FuzzReport) -> None:
-    model = ReferenceModel()
-    for msg in read_to_end(bootstrap, topics.raw, topics.group + "-ref", 600):
-        model.feed(msg.partition(), msg.offset(), msg.value() if msg.value() is not None else b"")
-    expected_dlq = {(p, o): reason for p, o, reason in model.dlq}
-    report.expected_dlq = len(expected_dlq)
+class Comparison:
+    """The reference model's verdict on every raw record, and the processor's outputs checked against
+    it. Outputs are kept as digests, so a long run holds no second copy of its big columns."""
 
-    seen_dlq: set[tuple[int, int]] = set()
+    def __init__(self, report: FuzzReport):
+        self.report = report
+        self.model = ReferenceModel()
+        self.seen_dlq: set[tuple[int, int]] = set()
+        # event_id -> {digest: text for samples}. An XID whose records reach two partitions (a
+        # Kafka key that is not the XID) is two transactions there, and their changes can share an
+        # event_id: every distinct version is kept and compared, none hides another.
+        self.got: dict[str, dict[str, str]] = {}
+        self.ends: list[dict] = []
+
+    def raw(self, partition: int, offset: int, value: bytes | None) -> None:
+        self.model.feed(partition, offset, value if value is not None else b"")
+
+    def dead_letter(self, reason: str | None, partition: int, offset: int) -> None:
+        self.report.dlq_records += 1
+        if not reason:
+            self.report.dlq_without_reason += 1
+        self.seen_dlq.add((partition, offset))
+
+    def change(self, change: dict) -> None:
+        self.report.changes_read += 1
+        text = _canonical(change)
+        self.got.setdefault(change["event_id"], {}).setdefault(_digest(text), text[:600])
+
+    def transaction(self, record: dict) -> None:
+        if record["status"] == "END":
+            self.ends.append(record)
+
+    def finish(self) -> None:
+        report = self.report
+        expected_dlq = {(p, o): reason for p, o, reason in self.model.dlq}
+        report.expected_dlq = len(expected_dlq)
+        for where in self.seen_dlq - expected_dlq.keys():
+            report.dlq_unexpected += 1
+            report.note("dlq_unexpected", {"at": where})
+        for where in expected_dlq.keys() - self.seen_dlq:
+            report.dlq_missing += 1
+            report.note("dlq_missing", {"at": where, "reference_reason": expected_dlq[where]})
+        counts: dict[tuple[int, str, int], int] = {}  # (input partition, xid, commit_scn) -> changes
+        expected: dict[str, dict[str, str]] = {}
+        for txn in self.model.all_committed():
+            counts[(txn.partition, txn.xid, txn.commit_scn)] = len(txn.changes)
+            for change in txn.changes:
+                text = _canonical(change)
+                expected.setdefault(change["event_id"], {})[_digest(text)] = text[:600]
+        report.expected_transactions = len(counts)
+        report.expected_changes = sum(len(versions) for versions in expected.values())
+        for event_id, versions in expected.items():
+            got = self.got.get(event_id)
+            if got is None:
+                report.changes_missing += 1
+                report.note("changes_missing", event_id)
+            elif got.keys() != versions.keys():
+                report.changes_different += 1
+                report.note("changes_different", {"expected": list(versions.values()), "got": list(got.values())})
+        for event_id in self.got.keys() - expected.keys():
+            report.changes_unexpected += 1
+            report.note("changes_unexpected", event_id)
+        for end in self.ends:
+            if counts.get((end["input_partition"], end["id"], end["commit_scn"])) != end["event_count"]:
+                report.end_count_mismatches += 1
+                report.note("end_count_mismatches", {"id": end["id"], "got": end["event_count"]})
+
+
+def check(bootstrap: str, topics: Topics, comparison: Comparison) -> None:
+    """Feed the reference the raw topic as the broker stored it, then read the processor's outputs."""
+    for msg in read_to_end(bootstrap, topics.raw, topics.group + "-ref", 600):
+        comparison.raw(msg.partition(), msg.offset(), msg.value())
     for msg in read_to_end(bootstrap, topics.dlq, topics.group + "-dlq", 300):
-        report.dlq_records += 1
         h = read_dlq_headers(msg.headers())
-        if not h.get("reason"):
-            report.dlq_without_reason += 1
         try:
             where = (int(h["partition"]), int(h["offset"]))
         except (KeyError, ValueError):
-            report.dlq_without_position += 1
-            report.note("dlq_without_position", h)
+            comparison.report.dlq_records += 1
+            comparison.report.dlq_without_position += 1
+            comparison.report.note("dlq_without_position", h)
             continue
-        seen_dlq.add(where)
-        if where not in expected_dlq:
-            report.dlq_unexpected += 1
-            report.note("dlq_unexpected", {"at": where, "reason": h.get("reason")})
-    for where, reason in expected_dlq.items():
-        if where not in seen_dlq:
-            report.dlq_missing += 1
-            report.note("dlq_missing", {"at": where, "reference_reason": reason})
-
-    expected: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for txn in model.all_committed():
-        counts[f"{txn.xid}@{txn.commit_scn}"] = len(txn.changes)
-        for change in txn.changes:
-            expected[change["event_id"]] = _canonical(change)
-    report.expected_transactions = len(counts)
-    report.expected_changes = len(expected)
-    got: dict[str, str] = {}
+        comparison.dead_letter(h.get("reason"), *where)
     for msg in read_to_end(bootstrap, topics.changes, topics.group + "-out", 600):
-        if msg.value() is None:
-            continue
-        report.changes_read += 1
-        change = ev.decode_change(msg.value())
-        got.setdefault(change["event_id"], _canonical(change))
-    for event_id, text in expected.items():
-        if event_id not in got:
-            report.changes_missing += 1
-            report.note("changes_missing", event_id)
-        elif got[event_id] != text:
-            report.changes_different += 1
-            report.note("changes_different", {"expected": text[:600], "got": got[event_id][:600]})
-    for event_id in got.keys() - expected.keys():
-        report.changes_unexpected += 1
-        report.note("changes_unexpected", event_id)
+        if msg.value() is not None:
+            comparison.change(ev.decode_change(msg.value()))
     for msg in read_to_end(bootstrap, topics.transactions, topics.group + "-txn", 300):
-        t = ev.decode_transaction(msg.value())
-        if t["status"] == "END" and counts.get(f"{t['id']}@{t['commit_scn']}") != t["event_count"]:
-            report.end_count_mismatches += 1
-            report.note("end_count_mismatches", {"id": t["id"], "got": t["event_count"]})
+        comparison.transaction(ev.decode_transaction(msg.value()))
+    comparison.finish()
 
 
 def _canonical(change: dict) -> str:
@@ -383,6 +246,10 @@ def _canonical(change: dict) -> str:
     )  # fmt: skip
 
 
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 def _sorted(row: dict | None) -> list | None:
     return None if row is None else sorted(row.items())
 
@@ -390,6 +257,7 @@ def _sorted(row: dict | None) -> list | None:
 def fuzz(
     bootstrap: str, records: int, seed: int, bad_rate: float, workdir: Path, timeout_s: float = 1800
 ) -> FuzzReport:
+    """The broker run: produce the input, run `txbuffer run --available-now` once, compare."""
     started = time.monotonic()
     topics = Topics.fresh()
     report = FuzzReport()
@@ -399,7 +267,70 @@ def fuzz(
     log_path = workdir / "processor.log"
     report.exit_code = run_processor(bootstrap, topics, workdir / "state", log_path, timeout_s)
     report.tracebacks = log_path.read_text(errors="replace").count("Traceback")
-    check(bootstrap, topics, report)
+    check(bootstrap, topics, Comparison(report))
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+# ----------------------------------------------------------------------------- in process, no broker
+
+
+class _ComparingSink:
+    """The Sink the emitter writes to in an in-process run: every output goes to the comparison."""
+
+    def __init__(self, comparison: Comparison):
+        self.comparison = comparison
+
+    def send_change(self, key: bytes, value: bytes | None, on_ack) -> None:
+        if value is not None:
+            self.comparison.change(ev.decode_change(value))
+        on_ack(None)
+
+    def send_transaction(self, key: bytes, value: bytes, on_ack) -> None:
+        self.comparison.transaction(ev.decode_transaction(value))
+        on_ack(None)
+
+
+def fuzz_in_process(records: int, seed: int, bad_rate: float, poll_batch: int = 500) -> FuzzReport:
+    """The same input and checks without a broker: the engines (in-memory store) and the emitter
+    driven as the runner drives them, per poll batch. Seconds per seed, to search seeds; an
+    exception is a crash and propagates with its traceback."""
+    started = time.monotonic()
+    report = FuzzReport()
+    comparison = Comparison(report)
+    emitter = Emitter(_ComparingSink(comparison))
+    engines = {p: PartitionEngine(p, MemoryStore()) for p in range(PARTITIONS)}
+    offsets = dict.fromkeys(engines, 0)
+    mutated: Counter = Counter()
+    committed: list[tuple[PartitionEngine, Txn]] = []
+
+    def end_of_batch() -> None:
+        for engine in engines.values():
+            engine.flush_data()
+        for engine, txn in committed:
+            emitter.release(engine, txn)
+        committed.clear()
+        emitter.advance()
+        for engine in engines.values():
+            engine.checkpoint()
+
+    for n, (key, value, _headers, partition) in enumerate(fuzzed_records(records, seed, bad_rate, mutated), 1):
+        offset, engine = offsets[partition], engines[partition]
+        offsets[partition] += 1
+        comparison.raw(partition, offset, value)
+        for action in engine.apply(offset, key, value):
+            if isinstance(action, Committed):
+                committed.append((engine, action.txn))
+            elif isinstance(action, DeadLetter):
+                comparison.dead_letter(action.reason, action.partition, action.offset)
+        if n % poll_batch == 0:
+            end_of_batch()
+    end_of_batch()
+    report.records = sum(offsets.values())
+    report.mutated = dict(sorted(mutated.items()))
+    report.valid_records = report.records - sum(mutated.values())
+    report.exit_code = 0
+    comparison.finish()
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -431,7 +362,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bad-rate", type=float, default=0.15, help="share of injected records")
     ap.add_argument("--bootstrap", help="an existing broker (default: start an embedded Apache Kafka)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="no broker, no subprocess: engines on an in-memory store; prints the table, writes no results file",
+    )
     args = ap.parse_args(argv)
+    if args.in_process:
+        report = fuzz_in_process(args.records, args.seed, args.bad_rate)
+        print(table(report))
+        if report.samples:
+            print("samples:", json.dumps(report.samples, default=str)[:3000])
+        return 0 if report.ok else 1
     started = datetime.now(UTC)
     workdir = Path(tempfile.mkdtemp(prefix="txbuffer-fuzz-"))
     if args.bootstrap:
