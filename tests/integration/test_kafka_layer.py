@@ -13,6 +13,7 @@ from processor.kafka.admin import KafkaUnavailable, check_connection, ensure_top
 from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.dlq import DeadLetterWriter, read_dlq_headers
 from processor.kafka.end_offsets import end_offsets, start_offsets
+from processor.kafka.poll import poll_batch
 from processor.kafka.produce import RecordTooLarge, produce, produce_all
 from processor.kafka.read import read_to_end
 
@@ -87,3 +88,31 @@ def test_an_unreachable_broker_is_a_clear_error_within_the_time_out():
     with pytest.raises(KafkaUnavailable, match=r"no answer from Kafka at 127\.0\.0\.1:9 within 3"):
         check_connection(KafkaClientConfig("127.0.0.1:9"), timeout_s=3)
     assert time.monotonic() - started < 8
+
+
+def test_poll_batch_returns_what_is_fetched_without_waiting_to_fill_the_batch(broker):
+    client = KafkaClientConfig(broker.bootstrap)
+    name = _name("poll")
+    ensure_topics(client, {name: 1})
+    consumer = client.consumer(_name("g"), **{"auto.offset.reset": "earliest"})
+    consumer.subscribe([name])
+    try:
+        produce_all(client.producer(), name, [(b"k", b"first", 0)])
+        deadline = time.monotonic() + 30
+        got: list = []
+        while not got and time.monotonic() < deadline:  # the group join, then the first record
+            got = poll_batch(consumer, 5000, 0.5)
+        assert [m.value() for m in got] == [b"first"]
+        produce_all(client.producer(), name, [(b"k", b"%d" % i, 0) for i in range(10)])
+        time.sleep(1.0)  # fetched by the consumer's background thread by now
+        started = time.monotonic()
+        batch = poll_batch(consumer, 5000, 5.0)
+        waited = time.monotonic() - started
+        # consume(5000, 5.0) would wait the whole 5 s for a batch of 5000.
+        assert [m.value() for m in batch] == [b"%d" % i for i in range(10)]
+        assert waited < 1.0, waited
+        started = time.monotonic()
+        assert poll_batch(consumer, 5000, 0.3) == []  # nothing there: waits wait_s, then returns empty
+        assert time.monotonic() - started >= 0.25
+    finally:
+        consumer.close()
