@@ -129,6 +129,13 @@ class Partitions:
         self.last_rebalance = time.monotonic()
         if self.closing:
             return  # leaving the group: take nothing on
+        starts = self.take_on(consumer, partitions)
+        consumer.incremental_assign([TopicPartition(self.cfg.raw_topic, p, start) for p, start in starts.items()])
+        self.on_change()
+
+    def take_on(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[int, int]:
+        """Restore or rebuild these partitions and hold them (restoring, to resume); {partition: start
+        offset}, where the caller positions the consumer. Also the exactly_once dirty-close recovery."""
         # A hung broker (seen: a 30 s SIGSTOP) times out the look-ups below; retry rather than exit.
         deadline = time.monotonic() + 300
         while True:
@@ -144,10 +151,7 @@ class Partitions:
             self.held[state.partition] = state
             self.restores[state.partition] = source
             self.to_resume.append(state.partition)
-        consumer.incremental_assign(
-            [TopicPartition(self.cfg.raw_topic, p, state.engine.next_offset) for p, (state, _) in staged.items()]
-        )
-        self.on_change()
+        return {p: state.engine.next_offset for p, (state, _) in staged.items()}
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict:
         """{partition: (state, source)} with engines restored or rebuilt; nothing is taken on until all are."""
