@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.kafka.admin import KafkaUnavailable
 
@@ -33,6 +33,17 @@ log = structlog.get_logger(__name__)
 
 class TransactionStuck(KafkaUnavailable):
     """A transactional call of the producer did not return by its hard deadline."""
+
+
+# The consumer group moved on while the batch's transaction was open (a member joined, left or
+# died): its offsets cannot commit, but the producer is sound. Anything fenced or fatal is not.
+_REBALANCE = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID})
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+class TransactionAborted(KafkaException):
+    """end_batch aborted the batch's Kafka transaction and the producer can go on (not fenced, not
+    fatal): nothing of the batch is visible, so the caller rewinds to the committed offsets."""
 
 
 def bounded_call(what: str, call: Callable[[], Any], deadline_s: float) -> Any:
@@ -135,9 +146,12 @@ class ExactlyOnce:
             self.committed_batches += 1
         except KafkaException as exc:
             error = exc.args[0]
-            if error.txn_requires_abort():
-                log.error("exactly_once.abort", error=str(error))
+            if error.txn_requires_abort() or error.code() in _REBALANCE:
+                recoverable = not error.fatal() and error.code() not in _FENCED
+                (log.warning if recoverable else log.error)("exactly_once.abort", error=str(error))
                 self._txn_call("abort_transaction")
+                if recoverable:
+                    raise TransactionAborted(error) from exc
             raise  # the runner stops; a restart rebuilds from the committed offsets
         finally:
             self.in_transaction = False
