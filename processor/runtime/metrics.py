@@ -105,6 +105,12 @@ class Metrics:
             "1 when this instance has held no partition longer than unassigned_warn_ms",
             registry=r,
         )
+        self.eos_aborts = Counter(
+            f"{NS}_eos_aborts",
+            "exactly_once batches whose Kafka transaction a rebalance aborted, recovered in process",
+            ["error"],
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._seen_stats: dict[str, dict[str, int]] = {}
         self._seen_emitted = {"changes_emitted": 0, "transactions_emitted": 0}
@@ -203,6 +209,10 @@ class Metrics:
         p = str(partition)
         self.rebuild_ratio.labels(p).set(min(1.0, done / total) if total > 0 else 1.0)
         self.rebuild_remaining.labels(p).set(max(0, total - done))
+
+    def eos_abort(self, error: str) -> None:
+        """A rebalance aborted a batch's transaction (error: the Kafka error name); it was rewound."""
+        self.eos_aborts.labels(error).inc()
 
 
 def _delta(previous: int, current: int) -> int:

@@ -1,0 +1,80 @@
+"""exactly_once: recovering in process when a rebalance aborts a batch's Kafka transaction.
+
+A consumer group that moves on while a batch's transaction is open (a member joins, leaves, dies
+or restarts) refuses the batch's offsets: send_offsets_to_transaction fails with
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or REBALANCE_IN_PROGRESS, and the delivery aborts the
+transaction (TransactionAborted). None of the batch's outputs or offsets are visible, but the
+engines have moved on: events applied, transactions released, acknowledged and deleted from the
+store. Exiting would make every survivor of one kill die as well, each death another rebalance.
+
+Instead, as Kafka Streams closes its tasks dirty on TaskMigratedException, every held partition is
+dropped (engine, emissions, global-order entries; under exactly_once the store is not trusted, so
+the restore wipes it) and taken on again through the normal restore path: committed offsets,
+completed-index rebuild from Kafka, the consumer rewound there. The group membership stays; the
+rebalance then revokes or assigns as usual. A fenced or fatal producer still stops the process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from processor.runtime.partitions import Partitions, Phase
+
+log = structlog.get_logger(__name__)
+
+
+class EosRecovery:
+    def __init__(self, partitions: Partitions, consumer: Consumer, producer: Any, metrics: Any = None):
+        self.partitions, self.consumer, self.producer, self.metrics = partitions, consumer, producer, metrics
+        self.recoveries = 0
+
+    def recover(self, error: KafkaError) -> None:
+        """The batch's transaction is aborted: close every held partition dirty and restore it."""
+        started = time.monotonic()
+        parts = self.partitions
+        dropped = sorted(parts.held)
+        self._forget_aborted_outputs()
+        for p in dropped:
+            self._close_dirty(p)
+        topic = parts.cfg.raw_topic
+        starts = parts.take_on(self.consumer, [TopicPartition(topic, p) for p in dropped]) if dropped else {}
+        for p, start in starts.items():
+            # Prefetched records of the old position are discarded (librdkafka's seek barrier).
+            self.consumer.seek(TopicPartition(topic, p, start))
+        parts.on_change()
+        self.recoveries += 1
+        if self.metrics is not None:
+            self.metrics.eos_abort(error.name())
+        log.warning(
+            "exactly_once.rebalance_recovered",
+            error=error.name(),
+            detail=error.str(),
+            partitions=dropped,
+            rewound_to=starts,
+            seconds=round(time.monotonic() - started, 2),
+            recoveries=self.recoveries,
+        )
+
+    def _forget_aborted_outputs(self) -> None:
+        """Delivery reports and pending work of the aborted batch no longer mean anything."""
+        self.producer.poll(0)  # serves the reports of records the abort purged
+        dispatcher = self.partitions.dispatcher
+        dispatcher.committed.clear()
+        dispatcher.take_dead_letters()
+        del dispatcher.emitter.errors[:]  # in place: every ack tracker appends to this list
+        sink = dispatcher.sink
+        del sink.outcome_errors[:]
+        del sink.dlq.errors[:]
+
+    def _close_dirty(self, partition: int) -> None:
+        parts = self.partitions
+        state = parts.held.pop(partition)
+        if partition in parts.to_resume:
+            parts.to_resume.remove(partition)
+        parts.dispatcher.drop_partition(state.engine)
+        state.move(Phase.REVOKING)
+        state.move(Phase.CLOSED)
