@@ -19,13 +19,14 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
-from processor.kafka.delivery import for_guarantee
+from processor.kafka.delivery import TransactionAborted, for_guarantee
 from processor.kafka.sink import KafkaSink
 from processor.runtime.available_now import AvailableNow
 from processor.runtime.config import ProcessorConfig
 from processor.runtime.debezium_sink import make_output
 from processor.runtime.dispatch import Dispatcher
 from processor.runtime.emitter import Emitter
+from processor.runtime.eos_recovery import EosRecovery
 from processor.runtime.figures import RunSummary, snapshot
 from processor.runtime.liveness import AssignmentWatch, AvailableNowTimeout
 from processor.runtime.lost_state import LostStateError
@@ -77,6 +78,7 @@ class Runner:
             },
         )
         self.offsets.consumer = self.consumer
+        self.eos_recovery = EosRecovery(self.partitions, self.consumer, self.producer, metrics)
         self.watch = AssignmentWatch(
             cfg.group, cfg.raw_topic, cfg.unassigned_warn_ms, cfg.available_now_timeout_ms if cfg.available_now else 0
         )
@@ -166,7 +168,10 @@ class Runner:
         self.summary.events += len(msgs)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
-        self.delivery.end_batch(self._low_watermarks, self.consumer)
+        try:
+            self.delivery.end_batch(self._low_watermarks, self.consumer)
+        except TransactionAborted as exc:  # the group moved on mid-batch: rewind, do not exit
+            self.eos_recovery.recover(exc.args[0])
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         p.checkpoint_all()
