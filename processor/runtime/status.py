@@ -144,8 +144,9 @@ class ReadOnlyRocksStore(RocksStore):
 
     def __init__(self, path: str | Path) -> None:
         # Not super().__init__(): that creates the directory and takes the writer's lock.
-        from rocksdict import AccessType, Options, Rdict
+        from rocksdict import AccessType, Options, Rdict, ReadOptions
 
+        self._read_options = ReadOptions  # RocksStore's scans build theirs from it
         self.path = Path(path)
         if not (self.path / "CURRENT").is_file():
             raise StatusError(f"no txbuffer store at {self.path}")
