@@ -52,7 +52,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 @dataclass
 class FuzzReport:
     records: int = 0
-    valid_records: int = 0
+    valid_records: int = 0  # records of the generated workload (the rest were injected)
     mutated: dict = field(default_factory=dict)  # mutation -> records injected
     exit_code: int | None = None
     tracebacks: int = 0
@@ -91,19 +91,20 @@ class FuzzReport:
 # ----------------------------------------------------------------------------- writing the input
 
 
-def write_fuzzed(bootstrap: str, topic: str, records: int, seed: int, bad_rate: float) -> tuple[int, Counter]:
-    """Produce about `records` records; returns (records produced, mutations by kind)."""
+def write_fuzzed(bootstrap: str, topic: str, records: int, seed: int, bad_rate: float) -> tuple[int, int, Counter]:
+    """Produce about `records` records; returns (records produced, of them injected, mutations by kind)."""
     ensure_topics(bootstrap, {topic: PARTITIONS})
     producer = KafkaClientConfig(bootstrap).producer()
     counts: Counter = Counter()
     failed: list[str] = []
-    n = 0
+    n = n_injected = 0
 
     def delivered(err, _msg):
         if err is not None:
             failed.append(str(err))
 
-    for key, value, headers, partition in fuzzed_records(records, seed, bad_rate, counts):
+    for key, value, headers, partition, injected in fuzzed_records(records, seed, bad_rate, counts):
+        n_injected += injected
         producer.produce(topic, value, key, partition=partition, headers=headers, on_delivery=delivered)
         n += 1
         if n % 5000 == 0:
@@ -111,7 +112,7 @@ def write_fuzzed(bootstrap: str, topic: str, records: int, seed: int, bad_rate: 
     producer.flush(120)
     if failed:
         raise RuntimeError(f"{len(failed)} fuzz records were not written: {failed[:3]}")
-    return n, counts
+    return n, n_injected, counts
 
 
 # ----------------------------------------------------------------------------- the run and the checks
@@ -261,9 +262,9 @@ def fuzz(
     started = time.monotonic()
     topics = Topics.fresh()
     report = FuzzReport()
-    report.records, mutated = write_fuzzed(bootstrap, topics.raw, records, seed, bad_rate)
+    report.records, injected, mutated = write_fuzzed(bootstrap, topics.raw, records, seed, bad_rate)
     report.mutated = dict(sorted(mutated.items()))
-    report.valid_records = report.records - sum(mutated.values())
+    report.valid_records = report.records - injected
     log_path = workdir / "processor.log"
     report.exit_code = run_processor(bootstrap, topics, workdir / "state", log_path, timeout_s)
     report.tracebacks = log_path.read_text(errors="replace").count("Traceback")
@@ -314,7 +315,9 @@ def fuzz_in_process(records: int, seed: int, bad_rate: float, poll_batch: int = 
         for engine in engines.values():
             engine.checkpoint()
 
-    for n, (key, value, _headers, partition) in enumerate(fuzzed_records(records, seed, bad_rate, mutated), 1):
+    injected = 0
+    for n, (key, value, _headers, partition, mutant) in enumerate(fuzzed_records(records, seed, bad_rate, mutated), 1):
+        injected += mutant
         offset, engine = offsets[partition], engines[partition]
         offsets[partition] += 1
         comparison.raw(partition, offset, value)
@@ -328,7 +331,7 @@ def fuzz_in_process(records: int, seed: int, bad_rate: float, poll_batch: int = 
     end_of_batch()
     report.records = sum(offsets.values())
     report.mutated = dict(sorted(mutated.items()))
-    report.valid_records = report.records - sum(mutated.values())
+    report.valid_records = report.records - injected
     report.exit_code = 0
     comparison.finish()
     report.seconds = round(time.monotonic() - started, 1)
@@ -338,6 +341,7 @@ def fuzz_in_process(records: int, seed: int, bad_rate: float, poll_batch: int = 
 def table(r: FuzzReport) -> str:
     rows = [
         ("records written (valid stream + injected)", r.records),
+        ("  of them the generated workload's / injected", f"{r.valid_records} / {r.records - r.valid_records}"),
         ("mutations injected", sum(r.mutated.values())),
         ("  by kind", r.mutated),
         ("processor exit code / tracebacks", f"{r.exit_code} / {r.tracebacks}"),

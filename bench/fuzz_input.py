@@ -171,7 +171,7 @@ class Mutator:
         return [(key, data[:-1], None)]  # a fallback bad record (no committed txn to copy yet)
 
 
-Record = tuple[bytes | None, bytes | None, list | None, int]  # key, value, headers, partition
+Record = tuple[bytes | None, bytes | None, list | None, int, bool]  # key, value, headers, partition, injected
 
 
 def partition_of_key(key: bytes | None) -> int:
@@ -181,8 +181,9 @@ def partition_of_key(key: bytes | None) -> int:
 
 def fuzzed_records(records: int, seed: int, bad_rate: float, counts: Counter) -> Iterator[Record]:
     """About `records` raw records, valid and mutated, in produce order, each with its partition
-    (given explicitly to the producer, so an in-process run sees the broker's offsets); counts
-    mutations by kind."""
+    (given explicitly to the producer, so an in-process run sees the broker's offsets) and whether
+    it was injected (a mutated record, or one of the small valid transactions some mutations add);
+    counts injections by kind."""
     rng = random.Random(seed)
     mutator = Mutator(rng)
     valid_events = int(records * (1 - bad_rate))
@@ -190,13 +191,13 @@ def fuzzed_records(records: int, seed: int, bad_rate: float, counts: Counter) ->
         if event["op"] == ev.HEARTBEAT:
             value = ev.encode_raw(event)
             for p in range(PARTITIONS):
-                yield b"", value, None, p
+                yield b"", value, None, p, False
         else:
             key = event["xid"].encode()
-            yield key, ev.encode_raw(event), None, partition_of_key(key)
+            yield key, ev.encode_raw(event), None, partition_of_key(key), False
         mutator.observe(event)
         if event["op"] != ev.HEARTBEAT and rng.random() < bad_rate / (1 - bad_rate):
             kind = rng.choice(MUTATIONS)
             for bad_key, value, headers in mutator.make(kind, event):
-                yield bad_key, value, headers, partition_of_key(bad_key)
+                yield bad_key, value, headers, partition_of_key(bad_key), True
             counts[kind] += 1

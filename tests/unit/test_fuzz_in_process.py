@@ -29,7 +29,7 @@ def test_fuzz_records_are_placed_as_the_producer_places_them():
     # The broker run passes these partitions to the producer; they must be murmur2 of the key, as
     # for every other XID-keyed record (processor.core.partitioning).
     placed = Counter()
-    for key, value, _headers, partition in fuzzed_records(600, seed=2, bad_rate=0.2, counts=Counter()):
+    for key, value, _headers, partition, _injected in fuzzed_records(600, seed=2, bad_rate=0.2, counts=Counter()):
         if key == b"":
             assert ev.decode_raw(value)["op"] == ev.HEARTBEAT
             continue
