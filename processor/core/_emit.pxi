@@ -15,6 +15,7 @@ cdef class ChangeStream:
     cdef ChangeWriter writer
     cdef public Py_ssize_t produced     # total_order of the last change numbered
     cdef readonly dict tables           # table ("" for none) -> changes numbered
+    cdef list _vals                     # the prefix fields of the event being encoded
 
     def __init__(self, ChangeWriter writer not None, Py_ssize_t produced, dict tables not None):
         self.writer, self.produced, self.tables = writer, produced, tables
@@ -32,24 +33,47 @@ cdef class ChangeStream:
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment
         (merged into its change by the fragment path, never emitted alone)."""
-        cdef object v = make_view(raw)
-        cdef RawView view
+        cdef Py_ssize_t body_at
         cdef list vals
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
-        if type(v) is not RawView:
-            raise v
-        view = <RawView>v
-        vals = view._vals
+        if self._vals is None:
+            self._vals = [None] * I_KEY
+        vals = self._vals
+        key = _emit_fields(raw, vals, &body_at)
         op = vals[I_OP]
         if op not in CHANGE_OP_INDEX:
             return None
         table = vals[I_TABLE]
-        kafka_key = change_key_c(table, view._lazy(I_KEY))
+        kafka_key = change_key_c(table, key)
         total_order, collection_order = self.number(table)
         value = self.writer._encode(op, vals[I_SEQ], vals[I_SCN], vals[I_TS_MS], table, vals[I_ROW_ID], vals[I_ATTRS],
-                                    raw, view.body_at, total_order, collection_order)
+                                    raw, body_at, total_order, collection_order)
         return (kafka_key, value, vals[I_SEQ], table or "", op)
+
+
+cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):
+    """Decode the fields before `key` into vals (lob_data skipped), set *body_at and return the
+    key. The event was validated to its last byte when it was buffered, so the row images and
+    the DDL after the key are not read again."""
+    cdef Reader r
+    cdef Node root = RAW_ROOT
+    cdef Py_ssize_t i
+    if root is None:
+        raise RuntimeError("RawCodec.__init__ was not called")
+    r.buf = <const unsigned char*>PyBytes_AS_STRING(raw)
+    r.pos = 0
+    r.end = PyBytes_GET_SIZE(raw)
+    try:
+        for i in range(I_KEY):
+            if RAW_LAZY_SLOT[i] < 0:
+                vals[i] = decode_node(<Node>root.children[i], &r)
+            else:
+                skip_node(<Node>root.children[i], &r)
+        body_at[0] = r.pos
+        return decode_node(<Node>root.children[I_KEY], &r)
+    except Malformed as exc:
+        raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
 
 
 @cython.freelist(4096)
@@ -160,3 +184,20 @@ cdef class AckTracker:
         txn.acked_seq = self.seqs[self.head - 1]
         txn.acked_count = self.first + self.head - 1
         self.engine.cursor_moved(txn)
+
+
+@cython.freelist(4096)
+cdef class DeliveryRoute:
+    """A delivery callback (err, msg) that acknowledges on success and hands a failure, with the
+    record's key and value, to on_failure(key, value, on_ack, err): one C call per report."""
+
+    cdef object on_ack, on_failure, key, value
+
+    def __init__(self, on_ack, on_failure, key, value):
+        self.on_ack, self.on_failure, self.key, self.value = on_ack, on_failure, key, value
+
+    def __call__(self, err, msg=None):
+        if err is None:
+            self.on_ack(None)
+        else:
+            self.on_failure(self.key, self.value, self.on_ack, err)

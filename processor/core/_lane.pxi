@@ -126,3 +126,20 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
             stats.events += applied
             stats.changes += applied
     return i
+
+
+def partition_runs(list records):
+    """({partition: its records in order}, [records carrying an error]) of one poll batch."""
+    cdef dict runs = {}
+    cdef list errors = []
+    for rec in records:
+        if rec.error() is not None:
+            errors.append(rec)
+            continue
+        q = rec.partition()
+        run = runs.get(q)
+        if run is None:
+            runs[q] = [rec]
+        else:
+            (<list>run).append(rec)
+    return runs, errors

@@ -85,3 +85,29 @@ class PyAckTracker:
 
 def no_lane(engine: Any, records: list[Any], i: int, open_txns: dict[str, Any], put: Any) -> int:
     return i
+
+
+def partition_runs(records: list[Any]) -> tuple[dict[int, list[Any]], list[Any]]:
+    runs: dict[int, list[Any]] = {}
+    errors = []
+    for rec in records:
+        if rec.error() is not None:
+            errors.append(rec)
+        else:
+            runs.setdefault(rec.partition(), []).append(rec)
+    return runs, errors
+
+
+class DeliveryRoute:
+    """A delivery callback (err, msg): on_ack(None) on success, else on_failure(key, value, on_ack, err)."""
+
+    __slots__ = ("key", "on_ack", "on_failure", "value")
+
+    def __init__(self, on_ack: Any, on_failure: Any, key: bytes, value: bytes | None):
+        self.on_ack, self.on_failure, self.key, self.value = on_ack, on_failure, key, value
+
+    def __call__(self, err: object | None, _msg: object = None) -> None:
+        if err is None:
+            self.on_ack(None)
+        else:
+            self.on_failure(self.key, self.value, self.on_ack, err)

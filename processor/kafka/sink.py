@@ -10,12 +10,12 @@ Oversized outputs (a change bigger than the size limit) follow the `oversized` p
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processor.core import events as ev
+from processor.core.codec import DeliveryRoute
 from processor.core.contracts import AckCallback
 from processor.kafka import chunking
 from processor.kafka.dlq import DeadLetterWriter
@@ -56,19 +56,17 @@ class KafkaSink:
     # -- Sink ------------------------------------------------------------------------------------
 
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:
-        delivered = partial(self._change_delivered, key, value, on_ack)
+        delivered = DeliveryRoute(on_ack, self._change_failed, key, value)  # no Python frame per report
         try:
-            self._produce(self.changes_topic, value, key, on_delivery=delivered)  # the common case: room, fits
+            self._produce(self.changes_topic, value, key, -1, delivered)  # the common case; -1: the partitioner's
         except (BufferError, KafkaException):
             try:
                 produce(self.producer, self.changes_topic, value, key, on_delivery=delivered)  # waits, flags size
             except RecordTooLarge as exc:
                 self._oversized_change(key, value, exc, on_ack)
 
-    def _change_delivered(
-        self, key: bytes, value: bytes | None, on_ack: AckCallback, err: KafkaError | None, _msg: Any
-    ) -> None:
-        if err is not None and is_too_large(err):
+    def _change_failed(self, key: bytes, value: bytes | None, on_ack: AckCallback, err: KafkaError) -> None:
+        if is_too_large(err):
             self._oversized_change(key, value, RecordTooLarge(self.changes_topic, record_size(key, value)), on_ack)
         else:
             on_ack(err)

@@ -17,6 +17,7 @@ import time
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from processor.core import codec
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
 from processor.kafka.delivery import TransactionAborted, for_guarantee
@@ -146,18 +147,10 @@ class Runner:
         # Transactions a previous run left committed-but-unfinished go out before anything this
         # batch commits (commit order), and before this batch can add to engine.pending.
         p.resume_pending()
-        runs: dict[int, list] = {}  # partition -> its records, in order: the engines work a run at a time
-        for msg in msgs:
-            if msg.error() is not None:
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("consume.error", error=str(msg.error()))
-                continue
-            q = msg.partition()
-            run = runs.get(q)
-            if run is None:
-                runs[q] = [msg]
-            else:
-                run.append(msg)
+        runs, errors = codec.partition_runs(msgs)  # the engines work a partition's run at a time
+        for msg in errors:
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                log.warning("consume.error", error=str(msg.error()))
         for q, run in runs.items():
             state = p.held.get(q)
             if state is None or (state.phase is not Phase.RUNNING and state.phase is not Phase.RESTORING):
