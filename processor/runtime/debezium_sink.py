@@ -8,7 +8,9 @@ TransactionEvent bytes; this sink decodes them and writes Debezium's records ins
   * BEGIN/END on <prefix>.transaction;
   * a DDL as a schema change event on <prefix>, giving the table a new schema version.
 A row that does not fit its table's schema goes to the DLQ with the reason, and counts as delivered
-once the dead letter is. Serialization failures of the registry (RegistryUnavailable) propagate:
+once the dead letter is. So does a row whose record is over the topic's size limit, unless the
+`oversized` policy is `fail` (Debezium consumers cannot reassemble chunks, so `chunk` means DLQ
+here). Serialization failures of the registry (RegistryUnavailable) propagate:
 the processor stops before producing any record of that change.
 """
 
@@ -33,7 +35,7 @@ from processor.core.debezium.envelope import DebeziumRecords, Record
 from processor.core.debezium.schema_change import schema_change_record
 from processor.core.debezium.schemas import RowMismatch, SchemaBook, TableSchema
 from processor.kafka.admin import ensure_topics
-from processor.kafka.produce import produce
+from processor.kafka.produce import RecordTooLarge, is_too_large, produce, record_size
 from processor.kafka.sink import KafkaSink
 from processor.runtime.config import ConfigError, ProcessorConfig
 
@@ -83,6 +85,7 @@ class DebeziumSink:
         self.topics: set[str] = set()
         self.warned: set[tuple[str, int]] = set()
         self.rows_dead_lettered = 0
+        self.oversized_rows = 0
 
     # -- Sink --------------------------------------------------------------------------------------
 
@@ -103,9 +106,26 @@ class DebeziumSink:
             self._warn_fallbacks(self.records.book.tables.get(change["source"]["table"] or ""))
         # Serialize everything first: a registry failure must not leave part of a change written.
         encoded = [self._encode(r) for r in out]
-        acks = _AllAcked(len(encoded), on_ack)
-        for topic, k, v in encoded:
-            produce(self.producer, topic, v, k, on_delivery=acks)
+
+        size = max(record_size(k, v) for _, k, v in encoded)
+        if size > self.kafka.max_record_bytes:  # nothing of the change is written
+            self._too_large(key, value, change, RecordTooLarge(encoded[0][0], size), on_ack)
+            return
+
+        def all_acked(err: Any) -> None:
+            if isinstance(err, RecordTooLarge) or is_too_large(err):  # e.g. the topic's limit is lower
+                self._too_large(key, value, change, RecordTooLarge(encoded[0][0], size), on_ack)
+            else:
+                on_ack(err)
+
+        acks = _AllAcked(len(encoded), all_acked)
+        for i, (topic, k, v) in enumerate(encoded):
+            try:
+                produce(self.producer, topic, v, k, on_delivery=acks)
+            except RecordTooLarge as exc:  # refused by the client after all: the rest is not written
+                for _ in range(len(encoded) - i):
+                    acks(exc)
+                return
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
         record = self.records.transaction(ev.decode_transaction(value))
@@ -129,14 +149,27 @@ class DebeziumSink:
         log.info("debezium.schema_change", table=table, version=schema.version if schema else "next row")
         return schema_change_record(self.records, change, schema, now)
 
-    def _dead_letter(self, key: bytes, value: bytes, change: dict, reason: str, on_ack: AckCallback) -> None:
+    def _too_large(self, key: bytes, value: bytes, change: dict, exc: RecordTooLarge, on_ack: AckCallback) -> None:
+        """A row whose Debezium record the broker can never take: fail, or dead-letter it (the
+        txbuffer change, which is what the DLQ holds for every output row)."""
+        if self.kafka.oversized == "fail":
+            on_ack(exc)
+            return
+        self.oversized_rows += 1
+        log.warning("debezium.row_too_large", event_id=change["event_id"], topic=exc.topic, size=exc.size)
+        self._dead_letter(key, value, change, str(exc), on_ack, oversized=True)
+
+    def _dead_letter(
+        self, key: bytes, value: bytes, change: dict, reason: str, on_ack: AckCallback, oversized: bool = False
+    ) -> None:
         table = change["source"]["table"]
         self.rows_dead_lettered += 1
-        log.warning("debezium.row_mismatch", table=table, event_id=change["event_id"], reason=reason)
+        if not oversized:
+            log.warning("debezium.row_mismatch", table=table, event_id=change["event_id"], reason=reason)
         self.kafka.dlq.write(
             key,
             value,
-            f"row does not fit the schema of {table}: {reason}",
+            reason if oversized else f"row does not fit the schema of {table}: {reason}",
             DLQ_SOURCE,
             xid=change["source"]["xid"],
             event_id=change["event_id"],

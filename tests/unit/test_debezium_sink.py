@@ -1,13 +1,15 @@
 """DebeziumSink's bookkeeping: one emitter ack per change however many records it becomes, the DLQ
-path, the emitter's own tombstones, and nothing produced when serialization fails. The producer is
+path (rows that do not fit, rows over the size limit), the emitter's own tombstones, and nothing produced when serialization fails. The producer is
 an in-memory recorder (the broker path is tests/integration/test_debezium_output.py)."""
 
 import pytest
+from confluent_kafka import KafkaError
 
 from processor.core import events as ev
 from processor.core.debezium import source_blocks as sb
 from processor.core.debezium.envelope import DebeziumRecords
 from processor.core.debezium.schemas import SchemaBook
+from processor.kafka.produce import RecordTooLarge
 from processor.kafka.sink import KafkaSink
 from processor.runtime.config import ConfigError, load_config
 from processor.runtime.debezium_sink import DebeziumSink, json_serializer, make_output
@@ -113,3 +115,43 @@ def test_make_output_selects_the_mode_and_checks_the_registry_setting():
     cfg = load_config(env={"TXBUFFER_ENVELOPE": "debezium", "TXBUFFER_TOPIC_PREFIX": "inv"})
     out = make_output(cfg, kafka)
     assert isinstance(out, DebeziumSink) and out.records.ctx.topic_prefix == "inv"
+
+
+def _big_sink(oversized: str, limit: int = 2_000):
+    sink, producer = _sink()
+    sink.kafka.oversized, sink.kafka.max_record_bytes = oversized, limit
+    return sink, producer
+
+
+def test_a_row_over_the_size_limit_goes_to_the_dlq_with_the_reason_and_nothing_of_it_is_written():
+    sink, producer = _big_sink("dlq")
+    acks = []
+    big = _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000})
+    sink.send_change(b"k", big, acks.append)
+    assert [r[0] for r in producer.records] == ["dlq"]
+    _, key, value, headers = producer.records[0]
+    assert (key, value) == (b"k", big) and b"record too large for p.app.t" in headers["reason"]
+    producer.deliver_all()
+    assert acks == [None] and sink.oversized_rows == 1
+
+
+def test_chunk_means_dlq_for_debezium_records_and_fail_fails_the_change():
+    sink, producer = _big_sink("chunk")
+    acks = []
+    sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000}), acks.append)
+    producer.deliver_all()
+    assert [r[0] for r in producer.records] == ["dlq"] and acks == [None]
+    sink, producer = _big_sink("fail")
+    sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000}), acks.append)
+    assert producer.records == [] and isinstance(acks[-1], RecordTooLarge)
+
+
+def test_a_row_the_broker_refuses_as_too_large_is_dead_lettered_after_the_refusal():
+    sink, producer = _big_sink("dlq", limit=1_000_000)  # the producer lets it through, the topic does not
+    acks = []
+    sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000}), acks.append)
+    assert [r[0] for r in producer.records] == ["p.app.t"]
+    producer.deliver_all(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert [r[0] for r in producer.records] == ["p.app.t", "dlq"] and acks == []
+    producer.deliver_all()
+    assert acks == [None] and sink.oversized_rows == 1
