@@ -4,7 +4,7 @@ Layout under the output URI (any Hadoop FileSystem URI: file://, s3a://, abfss:/
 
     <output>/changelog        append-only change log, partitioned by `table` and `commit_date`
     <output>/state/<table>    current state of one source table: typed columns, MERGEd by primary key
-    <output>/_deletes         tombstones: position of the newest delete (or truncate) per key
+    <output>/_deletes         tombstones: position of every delete (or truncate), appended per batch
 
 Exactly once. Spark replays a micro-batch with the same id and the same rows after a crash, so:
   * the change-log append carries txnAppId/txnVersion = (<app id>, batch id): Delta skips a
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 from urllib.parse import quote
 
@@ -55,6 +57,7 @@ ROW_OPS = ("c", "u", "d", "r")  # r: a snapshot row, an upsert like c
 TABLE_WIDE = "*"  # tombstone key of a truncate
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -71,6 +74,19 @@ def is_delta_table(spark: Any, uri: str) -> bool:
 
 def _newer(s: str, t: str) -> str:
     return f"({s}.{COMMIT_SCN} > {t}.{COMMIT_SCN} OR ({s}.{COMMIT_SCN} = {t}.{COMMIT_SCN} AND {s}.{SEQ} > {t}.{SEQ}))"
+
+
+@dataclass
+class BatchShape:
+    """What one aggregate over the micro-batch tells the sinks (one Spark job, which also fills the cache)."""
+
+    rows: int = 0
+    columns: dict[str, dict[str, tuple[bool, set[str]]]] = field(
+        default_factory=dict
+    )  # table -> col -> (is key, branches)
+    truncates: dict[str, tuple] = field(default_factory=dict)  # table -> newest (commit_scn, seq, commit_ts_ms)
+    with_deletes: set[str] = field(default_factory=set)
+    max_ts: int | None = None
 
 
 class DeltaSinks:
@@ -94,19 +110,24 @@ class DeltaSinks:
         self._persisted: list[Any] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        df = df.persist()  # three writes read the batch: run the source and the dedup state once
+        # Every write below reads the batch: run the Kafka source, from_avro and the dedup state once.
+        df = df.persist()
         try:
-            if df.isEmpty():
-                return
             started = time.monotonic()
+            shape = self.inspect(df)  # the batch's one action before the writes; it fills the cache
+            if not shape.rows:
+                return
+            inspected = time.monotonic()
             self.append_changelog(df, batch_id)
             logged = time.monotonic()
-            tables = self.merge_state(df, batch_id)
+            tables = self.merge_state(df, shape, batch_id)
             log.info(
                 "spark.batch.written",
                 batch=batch_id,
+                rows=shape.rows,
                 tables=tables,
-                changelog_s=round(logged - started, 2),
+                inspect_s=round(inspected - started, 2),
+                changelog_s=round(logged - inspected, 2),
                 state_s=round(time.monotonic() - logged, 2),
             )
         finally:
@@ -126,57 +147,60 @@ class DeltaSinks:
         )
 
     # ---- current state ----------------------------------------------------------------------
-    def merge_state(self, df: Any, batch_id: int) -> list[str]:
+    def merge_state(self, df: Any, shape: BatchShape, batch_id: int) -> list[str]:
         spark = df.sparkSession
         rows = df.where(F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t"))
-        columns, truncates, max_ts, with_deletes = self.inspect(rows)
-        tables = sorted(set(columns) | set(truncates))
+        tables = sorted(set(shape.columns) | set(shape.truncates))
         tombstones = []
-        for table in tables:
-            tomb = self.merge_table(spark, rows, table, columns.get(table, {}), truncates.get(table), batch_id)
-            if tomb is not None and (table in with_deletes or table in truncates):
-                tombstones.append(tomb)
         try:
+            for table in tables:
+                truncate = shape.truncates.get(table)
+                tomb = self.merge_table(spark, rows, table, shape.columns.get(table, {}), truncate, batch_id)
+                if tomb is not None and (table in shape.with_deletes or truncate is not None):
+                    tombstones.append(tomb)
             if tombstones:
-                merged = tombstones[0]
-                for t in tombstones[1:]:
-                    merged = merged.unionByName(t)
-                self.record_tombstones(spark, merged, batch_id)
+                self.record_tombstones(spark, reduce(lambda a, b: a.unionByName(b), tombstones), batch_id)
         finally:
             for cached in self._persisted:
                 cached.unpersist()
             self._persisted.clear()
-        if max_ts is not None and batch_id % self.prune_every == 0 and self.has_deletes(spark):
-            spark.sql(
-                f"DELETE FROM delta.`{self.deletes}` WHERE {COMMIT_TS_MS} < {max_ts - self.tombstone_retention_ms}"
-            )
+        if shape.max_ts is not None and batch_id % self.prune_every == 0 and self.has_deletes(spark):
+            cutoff = shape.max_ts - self.tombstone_retention_ms
+            spark.sql(f"DELETE FROM delta.`{self.deletes}` WHERE {COMMIT_TS_MS} < {cutoff}")
         return tables
 
     @staticmethod
-    def inspect(rows: Any) -> tuple[dict, dict, int | None, set[str]]:
-        """Per table: {column: (is_key, branches seen)}, the newest truncate position; the max commit
-        time; the tables with deletes in the batch."""
+    def inspect(df: Any) -> BatchShape:
+        """Per table: {column: (is_key, branches seen)}, the newest truncate position, whether it has
+        deletes; the batch's row count and max commit time. One collect() of two small aggregates."""
+        rows = df.where(F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t"))
         exploded = rows.select("table", F.lit(True).alias("is_key"), F.explode("key").alias("col", "v")).unionByName(
             rows.select("table", F.lit(False).alias("is_key"), F.explode("after").alias("col", "v"))
         )
         seen = [F.max(F.col("v").getField(member).isNotNull()).alias(branch) for branch, (member, _) in MEMBERS.items()]
-        columns: dict[str, dict[str, tuple[bool, set[str]]]] = {}
-        for r in exploded.groupBy("table", "col").agg(F.max("is_key").alias("is_key"), *seen).collect():
-            branches = {b for b in MEMBERS if r[b]}
-            columns.setdefault(r["table"], {})[r["col"]] = (bool(r["is_key"]), branches)
-        summary = rows.groupBy("table").agg(
-            F.max(F.when(F.col("op") == "t", F.struct("commit_scn", "seq", "commit_ts_ms"))).alias("trunc"),
+        per_column = exploded.groupBy("table", "col").agg(F.max("is_key").alias("is_key"), *seen)
+        row_op = F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t")
+        per_table = df.groupBy("table").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.max(F.when(row_op & (F.col("op") == "t"), F.struct("commit_scn", "seq", "commit_ts_ms"))).alias("trunc"),
             F.max("commit_ts_ms").alias("max_ts"),
-            F.max(F.col("op") == "d").alias("has_deletes"),
+            F.max(row_op & (F.col("op") == "d")).alias("has_deletes"),
         )
-        truncates, max_ts, with_deletes = {}, None, set()
-        for r in summary.collect():
+        both = per_column.unionByName(per_table, allowMissingColumns=True)
+        shape = BatchShape()
+        for r in both.collect():
+            if r["n"] is None:  # a per-column row
+                branches = {b for b in MEMBERS if r[b]}
+                shape.columns.setdefault(r["table"], {})[r["col"]] = (bool(r["is_key"]), branches)
+                continue
+            shape.rows += r["n"]
             if r["trunc"] is not None:
-                truncates[r["table"]] = tuple(r["trunc"])
+                shape.truncates[r["table"]] = tuple(r["trunc"])
             if r["has_deletes"]:
-                with_deletes.add(r["table"])
-            max_ts = r["max_ts"] if max_ts is None else max(max_ts, r["max_ts"])
-        return columns, truncates, max_ts, with_deletes
+                shape.with_deletes.add(r["table"])
+            if r["max_ts"] is not None:
+                shape.max_ts = r["max_ts"] if shape.max_ts is None else max(shape.max_ts, r["max_ts"])
+        return shape
 
     def merge_table(
         self, spark: Any, rows: Any, table: str, seen: dict, truncate: tuple | None, batch_id: int
@@ -267,16 +291,20 @@ class DeltaSinks:
 
     def drop_superseded(self, spark: Any, src: Any, table: str) -> Any:
         """Drop changes at or before a delete of the same key, or a truncate of the table."""
-        tombs = spark.read.format("delta").load(self.deletes).where(F.col("table") == table)
+        tombs = spark.read.format("delta").load(self.deletes).where(F.col("table") == table)  # one partition
         tombs = tombs.select(F.col("key").alias("_tkey"), F.col(COMMIT_SCN).alias("_tscn"), F.col(SEQ).alias("_tseq"))
+        at_or_after = (F.col("_tscn") > F.col(COMMIT_SCN)) | (
+            (F.col("_tscn") == F.col(COMMIT_SCN)) & (F.col("_tseq") >= F.col(SEQ))
+        )
+        keyed = tombs.where(F.col("_tkey") != TABLE_WIDE)
+        src = src.join(keyed, (src["_key"] == keyed["_tkey"]) & at_or_after, "left_anti")
         wide = tombs.where(F.col("_tkey") == TABLE_WIDE).agg(F.max(F.struct("_tscn", "_tseq")).alias("_w"))
-        joined = src.join(tombs, src["_key"] == tombs["_tkey"], "left").crossJoin(wide)
-
-        def newer_than(scn: Any, seq: Any) -> Any:
-            return scn.isNull() | (F.col(COMMIT_SCN) > scn) | ((F.col(COMMIT_SCN) == scn) & (F.col(SEQ) > seq))
-
-        keep = newer_than(F.col("_tscn"), F.col("_tseq")) & newer_than(F.col("_w._tscn"), F.col("_w._tseq"))
-        return joined.where(keep).drop("_tkey", "_tscn", "_tseq", "_w")
+        after_wide = (
+            F.col("_w").isNull()
+            | (F.col(COMMIT_SCN) > F.col("_w._tscn"))
+            | ((F.col(COMMIT_SCN) == F.col("_w._tscn")) & (F.col(SEQ) > F.col("_w._tseq")))
+        )
+        return src.crossJoin(wide).where(after_wide).drop("_w")
 
     @staticmethod
     def create_table(spark: Any, uri: str, table: str, pk: list[str], columns: dict[str, str]) -> None:
@@ -297,29 +325,37 @@ class DeltaSinks:
             f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(all_cols)}) "
             f"VALUES ({', '.join('s.' + c for c in all_cols)})"
         )
-        self._idempotent(spark, f"{self.app_id}:state", batch_id, lambda: spark.sql(statement, src=src))
+        # src is persisted (merge_table), so Delta's own copy of the source, a localCheckpoint job
+        # per MERGE, would only repeat it.
+        materialize = {MATERIALIZE_SOURCE: "none"}
+        self._idempotent(spark, f"{self.app_id}:state", batch_id, lambda: spark.sql(statement, src=src), **materialize)
 
     def record_tombstones(self, spark: Any, tombs: Any, batch_id: int) -> None:
+        """Append this batch's deletes and truncates: an append is one write, where a MERGE scans the
+        table twice; drop_superseded reads every tombstone of a key, not only the newest."""
         if not self.has_deletes(spark):
             spark.sql(
                 f"CREATE TABLE IF NOT EXISTS delta.`{self.deletes}` (table STRING, key STRING, {COMMIT_SCN} BIGINT, "
                 f"{SEQ} BIGINT, {COMMIT_TS_MS} BIGINT) USING delta PARTITIONED BY (table)"
             )
-        cols = ["table", "key", COMMIT_SCN, SEQ, COMMIT_TS_MS]
-        statement = (
-            f"MERGE INTO delta.`{self.deletes}` AS t USING {{src}} AS s ON t.table = s.table AND t.key = s.key "
-            f"WHEN MATCHED AND {_newer('s', 't')} THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in cols)} "
-            f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
+            self._deletes_exist = True
+        (
+            tombs.select("table", "key", COMMIT_SCN, SEQ, COMMIT_TS_MS)
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", f"{self.app_id}:deletes")
+            .option("txnVersion", batch_id)
+            .save(self.deletes)
         )
-        self._idempotent(spark, f"{self.app_id}:deletes", batch_id, lambda: spark.sql(statement, src=tombs))
 
     @staticmethod
-    def _idempotent(spark: Any, app_id: str, version: int, write: Any) -> None:
+    def _idempotent(spark: Any, app_id: str, version: int, write: Any, **confs: str) -> None:
         """Run one Delta DML with (app id, batch id): a replayed batch is skipped by Delta itself."""
-        spark.conf.set(TXN_APP_ID, app_id)
-        spark.conf.set(TXN_VERSION, str(version))
+        settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), **confs}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         try:
             write()
         finally:
-            spark.conf.unset(TXN_APP_ID)
-            spark.conf.unset(TXN_VERSION)
+            for key in settings:
+                spark.conf.unset(key)
