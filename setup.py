@@ -1,31 +1,43 @@
-"""Build hook for the compiled Avro codec; all other metadata lives in pyproject.toml.
+"""Build hook for the compiled extensions; all other metadata lives in pyproject.toml.
 
-processor/core/_avro_fast.pyx is compiled with Cython when it is available (the build system
-requires it). The extension is optional: without Cython or a C compiler the package installs
-anyway and processor.core.codec runs on fastavro alone.
+processor/core/_avro_fast.pyx (the Avro codec) and processor/sources/_redo_scan.pyx (the SQL_REDO
+scanner) are compiled with Cython when it is available (the build system requires it). Both are
+optional: without Cython or a C compiler the package installs anyway, processor.core.codec runs on
+fastavro alone and the SQL_REDO parser on its pure-Python scanner (processor/sources/redo_scan.py).
 """
 
 from pathlib import Path
 
 from setuptools import Extension, setup
 
-PYX = Path("processor/core/_avro_fast.pyx")
+PYX = {
+    "processor.core._avro_fast": Path("processor/core/_avro_fast.pyx"),
+    "processor.sources._redo_scan": Path("processor/sources/_redo_scan.pyx"),
+}
 
 
 def ext_modules() -> list:
-    c_file = PYX.with_suffix(".c")  # generated; an sdist carries it
     try:
         from Cython.Build import cythonize
     except ImportError:
         cythonize = None
-    if cythonize is None or not PYX.exists():
-        return [Extension("processor.core._avro_fast", [str(c_file)], optional=True)] if c_file.exists() else []
-    return cythonize(
-        [Extension("processor.core._avro_fast", [str(PYX)], optional=True)],
-        compiler_directives={"language_level": "3"},
-        quiet=True,
-    )
+    sources, generated = [], []
+    for name, pyx in PYX.items():
+        c_file = pyx.with_suffix(".c")  # generated; an sdist carries it
+        if cythonize is not None and pyx.exists():
+            sources.append(Extension(name, [str(pyx)], optional=True))
+        elif c_file.exists():
+            generated.append(Extension(name, [str(c_file)], optional=True))
+    if not sources:
+        return generated
+    return generated + cythonize(sources, compiler_directives={"language_level": "3"}, quiet=True)
 
 
 # The sources ride in the sdist (MANIFEST.in) but not in the wheel.
-setup(ext_modules=ext_modules(), exclude_package_data={"processor.core": ["_avro_fast.pyx", "_avro_fast.c", "*.pxi"]})
+setup(
+    ext_modules=ext_modules(),
+    exclude_package_data={
+        "processor.core": ["_avro_fast.pyx", "_avro_fast.c", "*.pxi"],
+        "processor.sources": ["_redo_scan.pyx", "_redo_scan.c"],
+    },
+)

@@ -6,10 +6,15 @@ LogMiner writes a narrow, regular dialect:
     update "S"."T" set "A" = 'x', "B" = NULL where "K" = '1' and "C" IS NULL and ROWID = 'AAAx';
     delete from "S"."T" where "K" = '1' and ROWID = 'AAAx';
 
-Regular expressions do the reading in C: one matches the head of the statement (and the SET list),
-then `findall` returns every value or condition as a tuple of groups, and a comprehension converts
-them. All quantifiers are possessive, so a mismatch never backtracks. `sql_redo.parse_dml` tries this first and sqlglot for whatever it declines, and
-the two must give exactly the same result, so the language accepted here is deliberately narrower:
+A regular expression matches the head of the statement (and checks the SET list); a scanner then
+reads the VALUES list, the SET list or the WHERE conditions into tokens (redo_scan describes them),
+which are converted here. The scanner is the compiled one (_redo_scan.pyx, built by setup.py) when it
+is built, else redo_scan on Python's `re`: both give identical tokens. TXBUFFER_REDO_SCAN=python
+picks the Python one; TXBUFFER_REDO_SCAN=compiled, or TXBUFFER_CODEC=compiled (set by `make test`),
+makes a missing build an ImportError instead of a fallback.
+
+`sql_redo.parse_dml` tries this parser first and sqlglot for whatever it declines, and the two must
+give exactly the same result, so the language accepted here is deliberately narrower:
 
 - identifiers are double-quoted, as LogMiner writes them; the one bare word is `ROWID` in WHERE;
 - values are string literals, NULL, TRUE/FALSE, numbers with an optional minus sign, and function
@@ -24,80 +29,64 @@ conversions, so that both paths share them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
+
+from processor.sources import redo_scan
+from processor.sources.redo_scan import CALL, FLAGS, IDENT, NUMBER, VALUE_NC, WORD_END, WS
 
 # (op, table, before, after, row_id), the fields of sql_redo.Dml.
 Parsed = tuple[str, str, dict[str, Any] | None, dict[str, Any] | None, str | None]
+
+
+def _choose_scanner() -> tuple[ModuleType, str]:
+    """(scanner module, why): the compiled one when built, unless the environment says otherwise."""
+    mode = os.environ.get("TXBUFFER_REDO_SCAN", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "compiled", "python"):
+        raise ValueError(f"TXBUFFER_REDO_SCAN must be auto, compiled or python, not {mode!r}")
+    if mode == "python":
+        return redo_scan, "TXBUFFER_REDO_SCAN=python"
+    required = mode == "compiled" or os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled"
+    try:
+        from processor.sources import _redo_scan  # type: ignore[attr-defined]
+    except ImportError as exc:
+        if required:
+            raise ImportError(f"the compiled SQL_REDO scanner is required but not built: {exc}") from exc
+        return redo_scan, f"compiled scanner unavailable: {exc}"
+    return _redo_scan, "built"
+
+
+SCANNER, SCANNER_REASON = _choose_scanner()
 
 
 class _Decline(Exception):
     """This statement is not in the subset parsed here; sqlglot decides."""
 
 
-_WS = r"[ \t\r\n]"
-# Where a bare word ends for sqlglot's tokenizer: anything but an identifier character.
-_WORD_END = r"(?![A-Za-z0-9_$#@]|[^\x00-\x7f])"
-# Quoted identifiers and strings with doubled-quote escapes, as unrolled loops (fast in `re`).
-_IDENT = r'"[^"]*+(?:""[^"]*+)*+"'
-_STR = r"'[^']*+(?:''[^']*+)*+'"
-_NUM = r"(?:[0-9]++(?:\.[0-9]*+)?+|\.[0-9]++)(?:[eE][+-]?+[0-9]++)?+(?![A-Za-z0-9_$#@.]|[^\x00-\x7f])"
-
-# One value. Groups: string literal (with its quotes), NULL/TRUE/FALSE, minus sign, number,
-# function name, first and second argument (string literals with their quotes). The alternatives
-# never match at the same place, so a value reads the same with or without what follows it.
-_VALUE = (
-    rf"({_STR})"
-    rf"|((?:NULL|TRUE|FALSE){_WORD_END}(?!{_WS}*+\())"  # NULL( is a call
-    rf"|(?:(-){_WS}*+)?+({_NUM})"
-    rf"|([A-Z][A-Z0-9_]*+){_WS}*+\({_WS}*+(?:({_STR})(?:{_WS}*+,{_WS}*+({_STR}))?+)?+{_WS}*+\)"
-)
-_VALUE_NC = re.sub(r"(?<!\\)\((?!\?)", "(?:", _VALUE)  # the same without capturing groups
-_FLAGS = re.IGNORECASE | re.ASCII  # ASCII: no Unicode case folding (a Kelvin sign is not a K)
-
-_TABLE = rf"({_IDENT})(?:\.({_IDENT}))?+"
-_SET_ITEM = rf"{_IDENT}{_WS}*+={_WS}*+(?:{_VALUE_NC})"
+_TABLE = rf"({IDENT})(?:\.({IDENT}))?+"
+_SET_ITEM = rf"{IDENT}{WS}*+={WS}*+(?:{VALUE_NC})"
 _INSERT = re.compile(
-    rf"INSERT{_WS}++INTO{_WS}++{_TABLE}{_WS}*+\({_WS}*+({_IDENT}(?:{_WS}*+,{_WS}*+{_IDENT})*+){_WS}*+\)"
-    rf"{_WS}*+VALUES{_WS}*+\(",
-    _FLAGS,
+    rf"INSERT{WS}++INTO{WS}++{_TABLE}{WS}*+\({WS}*+({IDENT}(?:{WS}*+,{WS}*+{IDENT})*+){WS}*+\)"
+    rf"{WS}*+VALUES{WS}*+\(",
+    FLAGS,
 )
 _UPDATE = re.compile(
-    rf"UPDATE{_WS}++{_TABLE}{_WS}++SET{_WS}++({_SET_ITEM}(?:{_WS}*+,{_WS}*+{_SET_ITEM})*+)"
-    rf"(?:{_WS}++(WHERE){_WORD_END}|\Z)",
-    _FLAGS,
+    rf"UPDATE{WS}++{_TABLE}{WS}++SET{WS}++({_SET_ITEM}(?:{WS}*+,{WS}*+{_SET_ITEM})*+)"
+    rf"(?:{WS}++(WHERE){WORD_END}|\Z)",
+    FLAGS,
 )
-_DELETE = re.compile(rf"DELETE{_WS}++FROM{_WS}++{_TABLE}{_WS}++WHERE{_WORD_END}", _FLAGS)
-
-# The items after a head, read by `findall`. Each pattern ends in a catch-all `([\s\S]+)`, so no
-# character is skipped and whatever does not parse becomes the last item: checking the last item
-# checks them all.
-_COLUMNS = re.compile(r'"([^"]*+(?:""[^"]*+)*+)"')
-_SETS = re.compile(rf'"([^"]*+(?:""[^"]*+)*+)"{_WS}*+={_WS}*+(?:{_VALUE})', _FLAGS)  # on validated text
-# A VALUES item: the value (or LogMiner's `Unsupported Type` marker, which sqlglot reads as an
-# alias), then `,` or the closing `)` at the end of the statement.
-_VALUES = re.compile(
-    rf"{_WS}*+(?:{_VALUE}|(Unsupported{_WS}++Type){_WORD_END}(?!{_WS}*+\()){_WS}*+(?:,|(\)){_WS}*+\Z)|([\s\S]+)",
-    _FLAGS,
-)
-# A WHERE condition: `"C" = value`, `"C" IS NULL` or the same with ROWID, then AND or the end.
-_CONDITIONS = re.compile(
-    rf'{_WS}*+(?:"([^"]*+(?:""[^"]*+)*+)"|(ROWID){_WORD_END}){_WS}*+(?:={_WS}*+(?:{_VALUE})|IS{_WS}++NULL{_WORD_END})'
-    rf"{_WS}*+(?:(AND){_WORD_END}|\Z)|([\s\S]+)",
-    _FLAGS,
-)
+_DELETE = re.compile(rf"DELETE{WS}++FROM{WS}++{_TABLE}{WS}++WHERE{WORD_END}", FLAGS)
 
 _UNKNOWN = object()  # not yet in the converter cache
-_ROWID = object()  # the key of the ROWID condition while the WHERE dict is built
 
 
 def _unquote(quoted: str) -> str:
-    """The text of a quoted identifier or string literal (quotes doubled inside)."""
+    """The text of a quoted identifier (quotes doubled inside)."""
     text = quoted[1:-1]
-    if quoted[0] + quoted[0] in text:
-        return text.replace(quoted[0] + quoted[0], quoted[0])
-    return text
+    return text.replace('""', '"') if '""' in text else text
 
 
 class FastParser:
@@ -111,7 +100,7 @@ class FastParser:
     - `bare(words)`: the value of a marker such as `Unsupported Type` in a VALUES list.
     A conversion raises `error` where sqlglot would reject the statement with the same message
     (conversions run in sqlglot's order, after the whole statement has been read), and any other
-    ValueError to decline.
+    ValueError to decline. `scanner` reads the lists (redo_scan's interface); the chosen one by default.
     """
 
     def __init__(
@@ -121,12 +110,16 @@ class FastParser:
         call: Callable[[str, int, str | None], Callable[[str], Any] | None],
         bare: Callable[[str], Any],
         error: type[ValueError],
+        scanner: ModuleType | None = None,
     ):
         self._number = number
         self._call = call
         self._bare = bare
         self._error = error
-        self._converters: dict[tuple[str, int, str], Any] = {}
+        scanner = scanner or SCANNER
+        self._scan_columns, self._scan_values = scanner.columns, scanner.values
+        self._scan_conditions, self._scan_sets = scanner.conditions, scanner.sets
+        self._converters: dict[tuple[str, int, str | None], Any] = {}
         self._tables: dict[tuple[str, str], str] = {}  # ('"S"', '"T"') -> "S.T"
 
     def parse(self, sql: str) -> Parsed | None:
@@ -148,33 +141,32 @@ class FastParser:
             if m is None:
                 raise _Decline
             schema, name, cols = m.groups()
-            columns = _COLUMNS.findall(cols)
-            if '""' in cols:
-                columns = [c.replace('""', '"') for c in columns]
-            items = _VALUES.findall(text, m.end())
-            if not items or not items[-1][8] or len(items) != len(columns):
-                raise _Decline  # the last item must close the list (a bad one does not)
-            return "INSERT", self._table(schema, name), None, dict(zip(columns, self._values(items))), None
+            columns = self._scan_columns(cols)
+            items = self._scan_values(text, m.end())
+            if columns is None or items is None or len(items) != len(columns):
+                raise _Decline
+            return "INSERT", self._table(schema, name), None, dict(zip(columns, self._converted(items))), None
         if head in "uU":
             m = _UPDATE.match(text)
             if m is None:
                 raise _Decline
             schema, name, sets, where = m.groups()
-            conditions = self._conditions(text, m.end()) if where else None
-            other = self._other
-            changed = {
-                (col.replace('""', '"') if '"' in col else col): (
-                    (s[1:-1].replace("''", "'") if "''" in s else s[1:-1]) if s else other(w, mi, n, f, a1, a2)
-                )
-                for col, s, w, mi, n, f, a1, a2 in _SETS.findall(sets)
-            }
-            before, row_id = self._where(conditions) if conditions else ({}, None)
+            conditions = self._scan_conditions(text, m.end()) if where else ([], [])
+            set_list = self._scan_sets(sets)
+            if conditions is None or set_list is None:
+                raise _Decline
+            # sqlglot's order: SET values convert before the WHERE values.
+            changed = dict(zip(set_list[0], self._converted(set_list[1])))
+            before, row_id = self._where(conditions)
             return "UPDATE", self._table(schema, name), before, {**before, **changed}, row_id
         if head in "dD":
             m = _DELETE.match(text)
             if m is None:
                 raise _Decline
-            before, row_id = self._where(self._conditions(text, m.end()))
+            conditions = self._scan_conditions(text, m.end())
+            if conditions is None:
+                raise _Decline
+            before, row_id = self._where(conditions)
             return "DELETE", self._table(*m.groups()), before, None, row_id
         raise _Decline
 
@@ -188,58 +180,33 @@ class FastParser:
             table = self._tables[key] = _unquote(schema) if name is None else _unquote(schema) + "." + _unquote(name)
         return table
 
-    def _values(self, items: list[tuple[str, ...]]) -> list[Any]:
-        other = self._other
-        return [
-            (s[1:-1].replace("''", "'") if "''" in s else s[1:-1])
-            if s
-            else None
-            if w == "NULL"
-            else self._bare(marker)
-            if marker
-            else other(w, mi, n, f, a1, a2)
-            for s, w, mi, n, f, a1, a2, marker, _close, _bad in items
-        ]
+    def _where(self, conditions: tuple[list[str | None], list[Any]]) -> tuple[dict[str, Any], Any]:
+        """The scanned WHERE conditions -> (column: value, the value ROWID is compared with, if any)."""
+        names, items = conditions
+        before: dict[Any, Any] = dict(zip(names, self._converted(items)))
+        return before, before.pop(None, None)  # ROWID's name is None
 
-    @staticmethod
-    def _conditions(text: str, pos: int) -> list[tuple[str, ...]]:
-        items = _CONDITIONS.findall(text, pos)
-        if not items or items[-1][9] or items[-1][10]:  # the last must end the statement
-            raise _Decline
-        return items
+    def _converted(self, items: list[Any]) -> list[Any]:
+        """The scanner's items as values, in order (a conversion may raise)."""
+        token = self._token
+        return [token(v) if v.__class__ is tuple else v for v in items]
 
-    def _where(self, items: list[tuple[str, ...]]) -> tuple[dict[str, Any], Any]:
-        """The WHERE conditions -> (column: value, the value ROWID is compared with, if any)."""
-        other = self._other
-        before: dict[Any, Any] = {
-            (_ROWID if rowid else col.replace('""', '"') if '"' in col else col): (
-                (s[1:-1].replace("''", "'") if "''" in s else s[1:-1])
-                if s
-                else None
-                if not (n or f) and w in ("", "NULL")  # IS NULL, = NULL
-                else other(w, mi, n, f, a1, a2)
-            )
-            for col, rowid, s, w, mi, n, f, a1, a2, _and, _bad in items
-        }
-        return before, before.pop(_ROWID, None)
-
-    def _other(self, word: str, minus: str, num: str, func: str, arg1: str, arg2: str) -> Any:
-        """A value other than a string literal."""
-        if func:
-            nargs = 2 if arg2 else 1 if arg1 else 0
-            key = (func, nargs, arg2)
+    def _token(self, token: tuple[Any, ...]) -> Any:
+        """The value of a tagged item: a call, a number or a marker (see redo_scan)."""
+        tag = token[0]
+        if tag == CALL:
+            key = token[1]
             convert = self._converters.get(key, _UNKNOWN)
             if convert is _UNKNOWN:
                 if len(self._converters) >= 1024:  # masks come from the data: keep the cache bounded
                     self._converters.clear()
-                convert = self._converters[key] = self._call(func.upper(), nargs, _unquote(arg2) if arg2 else None)
+                convert = self._converters[key] = self._call(key[0].upper(), key[1], key[2])
             if convert is None:
                 raise _Decline
-            return convert(_unquote(arg1) if arg1 else "")
-        if word:
-            w = word.upper()
-            return None if w == "NULL" else w == "TRUE"
-        n = self._number(num)
-        if minus:
-            return "-" + n if isinstance(n, str) else -n
-        return n
+            return convert(token[2])
+        if tag == NUMBER:
+            n = self._number(token[2])
+            if token[1]:
+                return "-" + n if isinstance(n, str) else -n
+            return n
+        return self._bare(token[1])
