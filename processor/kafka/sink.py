@@ -72,10 +72,15 @@ class KafkaSink:
             on_ack(err)
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
-        xid = key.decode(errors="replace")
-        if xid in self._dead_lettered:
-            value = self._mark_end(xid, value)
-        produce(self.producer, self.transactions_topic, value, key, on_delivery=lambda err, _msg: on_ack(err))
+        if self._dead_lettered:
+            xid = key.decode(errors="replace")
+            if xid in self._dead_lettered:
+                value = self._mark_end(xid, value)
+        delivered = DeliveryRoute(on_ack, _failed, key, value)
+        try:
+            self._produce(self.transactions_topic, value, key, -1, delivered)
+        except (BufferError, KafkaException):
+            produce(self.producer, self.transactions_topic, value, key, on_delivery=delivered)  # waits, flags size
 
     def _oversized_change(self, key: bytes, value: bytes | None, exc: RecordTooLarge, on_ack: AckCallback) -> None:
         if self.oversized == "fail":
@@ -188,3 +193,7 @@ class KafkaSink:
         note = f"{len(reasons)} change(s) dead-lettered: {reasons[0]}"
         event["reason"] = f"{event['reason']}; {note}" if event.get("reason") else note
         return ev.encode_transaction(event)
+
+
+def _failed(_key: bytes, _value: bytes | None, on_ack: AckCallback, err: object) -> None:
+    on_ack(err)

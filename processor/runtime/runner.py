@@ -10,6 +10,7 @@ dispatch.py and emitter.py, the --available-now end in available_now.py.
 
 from __future__ import annotations
 
+import gc
 import signal
 import socket
 import time
@@ -102,6 +103,12 @@ class Runner:
             else None
         )
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        # The loop makes short-lived objects by the million and almost no reference cycles: the
+        # cyclic collector ran every 700 allocations and scanned the startup heap (~15% of the
+        # loop). Freeze what exists now and collect far less often; cycles are still collected.
+        gc_thresholds = gc.get_threshold()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
         self.delivery.start()
         p = self.partitions
         self.consumer.subscribe([cfg.raw_topic], on_assign=p.on_assign, on_revoke=p.on_revoke, on_lost=p.on_lost)
@@ -131,6 +138,8 @@ class Runner:
                     log.info("run.available_now_done")
                     break
         finally:
+            gc.set_threshold(*gc_thresholds)
+            gc.unfreeze()
             self.summary.seconds = time.monotonic() - started
             for sig, handler in previous.items():  # also drops the handlers' reference to this runner
                 signal.signal(sig, handler)
