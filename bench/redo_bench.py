@@ -3,7 +3,8 @@
 Parses a seeded, realistic mix of LogMiner DML three ways and prints rows/s:
 
 - `parse_dml`: what the Oracle replay calls, the fast parser with sqlglot for what it declines;
-- the fast parser alone, on the statements it accepts;
+- the fast parser alone, on the statements it accepts, on the scanner in use (the compiled one when
+  built) and on the pure-Python scanner (processor/sources/redo_scan.py, its fallback);
 - sqlglot alone (`parse_dml_sqlglot`), the reference and the speed before the fast parser.
 
 Rates are rows per CPU second of this process, the best of three passes, so other load on a shared
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from processor.sources import sql_redo
+from processor.sources import redo_parser, redo_scan, sql_redo
 from processor.sources.redo_values import SqlRedoError
 
 WORDS = ("alpha", "bravo", "O'Brien", "delta", "echo, fox", "golf", "hôtel", "india", "jul; iet", "kilo")
@@ -153,6 +154,8 @@ def run(rows: int = 20000, sqlglot_rows: int = 1000, seed: int = 7) -> dict:
 
     parse_dml, parse_dml_wall = _rate(parse, statements)
     fast_only, _ = _rate(sql_redo.parse_dml_fast, accepted)  # on the statements it parses
+    python_scan = sql_redo.fast_parser(redo_scan)
+    fast_python_scan, _ = _rate(python_scan.parse, accepted)
     sqlglot, sqlglot_wall = _rate(reference, statements[:sqlglot_rows], min_seconds=1.0)
     return {
         "rows": rows,
@@ -161,6 +164,8 @@ def run(rows: int = 20000, sqlglot_rows: int = 1000, seed: int = 7) -> dict:
         "counts": counts,
         "parse_dml_rows_per_s": round(parse_dml),
         "fast_only_rows_per_s": round(fast_only),
+        "fast_python_scanner_rows_per_s": round(fast_python_scan),
+        "scanner": "compiled" if redo_parser.SCANNER is not redo_scan else f"python ({redo_parser.SCANNER_REASON})",
         "sqlglot_rows_per_s": round(sqlglot),
         "speedup": round(parse_dml / sqlglot, 1),
         "parse_dml_rows_per_wall_s": round(parse_dml_wall),
@@ -185,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['fast_path_share']:.1%}; parse_dml counts {r['counts']}"
     )
     print(f"  parse_dml (fast + fallback) {r['parse_dml_rows_per_s']:>9,} rows/s")
-    print(f"  fast parser alone           {r['fast_only_rows_per_s']:>9,} rows/s")
+    print(f"  fast parser alone           {r['fast_only_rows_per_s']:>9,} rows/s   (scanner: {r['scanner']})")
+    print(f"  fast parser, Python scanner {r['fast_python_scanner_rows_per_s']:>9,} rows/s")
     print(f"  sqlglot alone               {r['sqlglot_rows_per_s']:>9,} rows/s")
     print(f"  ratio parse_dml / sqlglot   {r['speedup']:>9}x   (target >= {r['target_rows_per_s']:,} rows/s)")
     print(

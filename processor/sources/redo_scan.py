@@ -74,8 +74,9 @@ _CONDITIONS = re.compile(
     rf"{WS}*+(?:(AND){WORD_END}|\Z)|([\s\S]+)",
     FLAGS,
 )
-# A column of an INSERT's column list, then `,` or the end.
-_COLUMNS = re.compile(rf'{WS}*+"([^"]*+(?:""[^"]*+)*+)"{WS}*+(?:(,)|\Z)|([\s\S]+)')
+# An INSERT's column list, and one column of it.
+_COLUMN_LIST = re.compile(rf"{WS}*+{IDENT}(?:{WS}*+,{WS}*+{IDENT})*+{WS}*+")
+_COLUMN = re.compile(r'"([^"]*+(?:""[^"]*+)*+)"')
 # A SET item: `"C" = value`, then `,` or the end.
 _SETS = re.compile(rf'{WS}*+"([^"]*+(?:""[^"]*+)*+)"{WS}*+={WS}*+(?:{_VALUE}){WS}*+(?:(,)|\Z)|([\s\S]+)', FLAGS)
 
@@ -104,18 +105,23 @@ def _name(col: str) -> str:
 
 
 def columns(text: str) -> list[str] | None:
-    items = _COLUMNS.findall(text)
-    if not items or items[-1][1] or items[-1][2]:  # the last must end the list
+    if _COLUMN_LIST.fullmatch(text) is None:
         return None
-    return [_name(col) for col, _comma, _bad in items]
+    names = _COLUMN.findall(text)
+    return [c.replace('""', '"') for c in names] if '""' in text else names
 
 
 def values(text: str, pos: int) -> list[Any] | None:
     items = _VALUES.findall(text, pos)
     if not items or not items[-1][8]:  # the last item must close the list (a bad one does not)
         return None
+    # Strings inline: they are most values, and a call per value is most of the time here.
     return [
-        (MARKER, marker) if marker else _item(s, w, mi, n, f, a1, a2)
+        (s[1:-1].replace("''", "'") if "''" in s else s[1:-1])
+        if s
+        else (MARKER, marker)
+        if marker
+        else _item(s, w, mi, n, f, a1, a2)
         for s, w, mi, n, f, a1, a2, marker, _close, _bad in items
     ]
 
@@ -124,9 +130,13 @@ def conditions(text: str, pos: int) -> tuple[list[str | None], list[Any]] | None
     items = _CONDITIONS.findall(text, pos)
     if not items or items[-1][9] or items[-1][10]:  # the last must end the statement
         return None
-    names = [None if rowid else _name(col) for col, rowid, *_ in items]
+    names = [None if rowid else col.replace('""', '"') if '"' in col else col for col, rowid, *_ in items]
     found = [
-        _item(s, w, mi, n, f, a1, a2) if s or w or n or f else None  # no value: IS NULL
+        (s[1:-1].replace("''", "'") if "''" in s else s[1:-1])
+        if s
+        else _item(s, w, mi, n, f, a1, a2)
+        if w or n or f
+        else None  # no value: IS NULL
         for _c, _r, s, w, mi, n, f, a1, a2, _and, _bad in items
     ]
     return names, found

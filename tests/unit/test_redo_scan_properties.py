@@ -56,20 +56,8 @@ def assert_same_scans(text):
             assert same(py, c), f"{fn}({text[pos:]!r}): python {py!r}, compiled {c!r}"
 
 
-python_parser = redo_parser.FastParser(
-    number=sql_redo.number,
-    call=sql_redo._fast_converter,
-    bare=sql_redo._fast_bare,
-    error=SqlRedoError,
-    scanner=redo_scan,
-)
-compiled_parser = redo_parser.FastParser(
-    number=sql_redo.number,
-    call=sql_redo._fast_converter,
-    bare=sql_redo._fast_bare,
-    error=SqlRedoError,
-    scanner=compiled,
-)
+python_parser = sql_redo.fast_parser(redo_scan)
+compiled_parser = sql_redo.fast_parser(compiled)
 
 
 def answer(parser, sql):
