@@ -306,6 +306,48 @@ def test_fast_parser_never_differs_on_token_soup(soup):
         check(sql)
 
 
+# Lists in the dialect's shape whose parts are glued with and without whitespace (`1and`, `'x'and`,
+# `NULL(`): readings can differ only where a list reads to its end, so the lists are nearly right.
+glue_values = st.one_of(values, values, odd_values, st.sampled_from(["NULL", "null", "TRUE", "1", "1e5", ".5"]))
+glue_ws = st.sampled_from(["", "", " ", "  ", "\t", "\n", "\r\n", "\xa0"])
+
+
+@st.composite
+def glued_lists(draw):
+    kind = draw(st.sampled_from(["values", "conditions", "sets", "columns"]))
+    n = draw(st.integers(1, 6))
+    if kind == "values":
+        parts = [draw(glue_ws) + draw(glue_values) + draw(glue_ws) for _ in range(n)]
+        return ",".join(parts) + draw(st.sampled_from([")", ") ", ")x", ",", ""]))
+    if kind == "columns":
+        return ",".join(draw(glue_ws) + quoted(draw(names)) + draw(glue_ws) for _ in range(n))
+    terms = []
+    for _ in range(n):
+        name = draw(st.one_of(names.map(quoted), st.sampled_from(["ROWID", "rowid", "ROWIDX", "plain"])))
+        op = draw(st.sampled_from(["=", " = ", "= ", " IS NULL", "IS NULL", " is\tnull", " IS NULLX", "=="]))
+        terms.append(f"{name}{op}" if "NULL" in op.upper() else f"{name}{op}{draw(glue_values)}")
+    if kind == "sets":
+        return ",".join(draw(glue_ws) + t + draw(glue_ws) for t in terms if "NULL" not in t.upper() or "=" in t)
+    return (
+        "".join(
+            t + draw(st.sampled_from(["and", " and ", "AND", "and ", " and", "\tAND\n", " or ", "and\xa0"]))
+            for t in terms[:-1]
+        )
+        + terms[-1]
+    )
+
+
+@SETTINGS
+@given(glued_lists())
+def test_fast_parser_never_differs_on_glued_lists(text):
+    for sql in (
+        f'insert into "S"."T"("A") values ({text}',
+        f'delete from "S"."T" where {text}',
+        f'update "S"."T" set {text}',
+    ):
+        check(sql)
+
+
 # ---- the sample file, declines, errors ---------------------------------------------------------
 
 

@@ -17,15 +17,7 @@ from hypothesis import strategies as st
 
 from processor.sources import redo_parser, redo_scan, sql_redo
 from processor.sources.redo_values import SqlRedoError
-from tests.unit.test_redo_parser_properties import (
-    SETTINGS,
-    fuzzed_statements,
-    logminer_statements,
-    names,
-    odd_values,
-    quoted,
-    values,
-)
+from tests.unit.test_redo_parser_properties import SETTINGS, fuzzed_statements, glued_lists, logminer_statements
 
 REQUIRED = "compiled" in (os.environ.get("TXBUFFER_CODEC", ""), os.environ.get("TXBUFFER_REDO_SCAN", ""))
 try:
@@ -108,37 +100,6 @@ def test_scanners_agree_on_token_soup(soup):
     assert_same_scans(soup)
     for sql in (f'insert into "S"."T"("A") values ({soup})', f'delete from "S"."T" where "A" = {soup}'):
         assert_same_parse(sql)
-
-
-# Lists in the dialect's shape whose parts are glued with and without whitespace (`1and`, `'x'and`,
-# `NULL(`): scans differ only where a list reads to its end, so the lists must be nearly right.
-any_values = st.one_of(values, values, odd_values, st.sampled_from(["NULL", "null", "TRUE", "1", "1e5", ".5"]))
-ws = st.sampled_from(["", "", " ", "  ", "\t", "\n", "\r\n", "\xa0"])
-
-
-@st.composite
-def glued_lists(draw):
-    kind = draw(st.sampled_from(["values", "conditions", "sets", "columns"]))
-    n = draw(st.integers(1, 6))
-    if kind == "values":
-        parts = [draw(ws) + draw(any_values) + draw(ws) for _ in range(n)]
-        return ",".join(parts) + draw(st.sampled_from([")", ") ", ")x", ",", ""]))
-    if kind == "columns":
-        return ",".join(draw(ws) + quoted(draw(names)) + draw(ws) for _ in range(n))
-    terms = []
-    for _ in range(n):
-        name = draw(st.one_of(names.map(quoted), st.sampled_from(["ROWID", "rowid", "ROWIDX", "plain"])))
-        op = draw(st.sampled_from(["=", " = ", "= ", " IS NULL", "IS NULL", " is\tnull", " IS NULLX", "=="]))
-        terms.append(f"{name}{op}" if "NULL" in op.upper() else f"{name}{op}{draw(any_values)}")
-    if kind == "sets":
-        return ",".join(draw(ws) + t + draw(ws) for t in terms if "NULL" not in t.upper() or "=" in t)
-    return (
-        "".join(
-            t + draw(st.sampled_from(["and", " and ", "AND", "and ", " and", "\tAND\n", " or ", "and\xa0"]))
-            for t in terms[:-1]
-        )
-        + terms[-1]
-    )
 
 
 @SETTINGS
