@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from confluent_kafka import KafkaException
 
 from processor.kafka.admin import KafkaAuthError, KafkaUnavailable
 from processor.kafka.client_config import parse_pairs
+from processor.kafka.delivery import is_fenced
 from processor.runtime.config import ConfigError, ProcessorConfig, load_config
 from processor.runtime.liveness import AvailableNowTimeout
 from processor.store.rocks import StoreWriteError
@@ -27,6 +29,9 @@ EXIT_KAFKA_UNAVAILABLE = 3
 # The state store refused a write (disk full, I/O error); no input offset past what it holds was
 # committed, so a restart once there is space resumes with nothing lost.
 EXIT_STATE_STORE = 4
+# exactly_once: another instance with the same transactional.id fenced this one (a zombie); it must
+# stop and never commit again. Not a crash: the successor owns the work.
+EXIT_FENCED = 5
 # --available-now found no way to finish within available_now_timeout_ms (e.g. never assigned).
 EXIT_AVAILABLE_NOW_TIMEOUT = 6
 
@@ -95,8 +100,8 @@ def raw_topic_writer(args: argparse.Namespace, source: str) -> Any:
 
 def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A bad setting exits 2, a broker that refuses or does not answer exits 3, a state store that refuses
-    a write (disk full) exits 4, an --available-now run that cannot finish in time exits 6, each with the
-    reason logged."""
+    a write (disk full) exits 4, a fenced exactly_once producer exits 5, an --available-now run that
+    cannot finish in time exits 6, each with the reason logged."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
@@ -111,6 +116,11 @@ def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         except StoreWriteError as exc:
             log.error("state_store.write_failed", error=str(exc), no_space=exc.no_space, free_bytes=exc.free_bytes)
             return EXIT_STATE_STORE
+        except (KafkaException, RuntimeError) as exc:
+            if not is_fenced(exc):
+                raise
+            log.error("exactly_once.fenced", error=str(exc), hint="another instance took over this transactional.id")
+            return EXIT_FENCED
         except AvailableNowTimeout as exc:
             log.error("run.failed", error_type=type(exc).__name__, error=str(exc))  # liveness logged the details
             return EXIT_AVAILABLE_NOW_TIMEOUT

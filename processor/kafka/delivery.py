@@ -41,6 +41,18 @@ _REBALANCE = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_P
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
+def is_fenced(exc: BaseException | None) -> bool:
+    """True when another instance with this transactional.id took over (this one is a zombie),
+    also when the fencing surfaced first and closing the runner raised something else after it."""
+    seen = 0
+    while exc is not None and seen < 10:
+        error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+        if isinstance(error, KafkaError) and error.code() in _FENCED:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 class TransactionAborted(KafkaException):
     """end_batch aborted the batch's Kafka transaction and the producer can go on (not fenced, not
     fatal): nothing of the batch is visible, so the caller rewinds to the committed offsets."""

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from processor.core import events as ev
 from processor.core.engine import Committed, PartitionEngine
 from processor.kafka.admin import KafkaUnavailable
-from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, TransactionStuck, for_guarantee
+from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, TransactionStuck, for_guarantee, is_fenced
 from processor.runtime.emitter import Emitter
 from processor.store.memory import MemoryStore
 
@@ -186,3 +186,16 @@ def test_exactly_once_restore_rebuilds_even_when_a_local_store_exists():
     assert trusted.source == "local" and trusted.start_offset == 1
     rebuilt = restore_partition(0, store, Filters(), 10, committed=0, log_start=0, trust_local=False)
     assert rebuilt.source == "rebuild-empty" and rebuilt.start_offset == 0
+
+
+def test_fencing_is_recognised_also_behind_the_error_that_closing_raised_after_it():
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+    try:
+        try:
+            raise fenced
+        finally:
+            raise RuntimeError("21 outputs failed, first: Local: Purged in queue")  # what close() raised
+    except RuntimeError as exc:
+        assert is_fenced(exc)
+    assert not is_fenced(KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION)))
+    assert not is_fenced(RuntimeError("no Kafka error at all"))
