@@ -100,10 +100,6 @@ def _item(s: str, word: str, minus: str, num: str, func: str, arg1: str, arg2: s
     return NUMBER, minus, num
 
 
-def _name(col: str) -> str:
-    return col.replace('""', '"') if '"' in col else col
-
-
 def columns(text: str) -> list[str] | None:
     if _COLUMN_LIST.fullmatch(text) is None:
         return None
@@ -130,7 +126,7 @@ def conditions(text: str, pos: int) -> tuple[list[str | None], list[Any]] | None
     items = _CONDITIONS.findall(text, pos)
     if not items or items[-1][9] or items[-1][10]:  # the last must end the statement
         return None
-    names = [None if rowid else col.replace('""', '"') if '"' in col else col for col, rowid, *_ in items]
+    names = [None if i[1] else i[0].replace('""', '"') if '"' in i[0] else i[0] for i in items]
     found = [
         (s[1:-1].replace("''", "'") if "''" in s else s[1:-1])
         if s
@@ -146,4 +142,5 @@ def sets(text: str) -> tuple[list[str], list[Any]] | None:
     items = _SETS.findall(text)
     if not items or items[-1][8] or items[-1][9]:  # the last must end the list
         return None
-    return [_name(i[0]) for i in items], [_item(*i[1:8]) for i in items]
+    names = [i[0].replace('""', '"') if '"' in i[0] else i[0] for i in items]
+    return names, [_item(*i[1:8]) for i in items]
