@@ -23,7 +23,7 @@ from processor.core.validation import validate
 
 __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", "Stats", "validate"]
 
-FORMAT_VERSION = 3  # 3: buffered events are stored as their raw bytes (stored.py)
+FORMAT_VERSION = 4  # 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array
 _DONE = struct.Struct(">Q")
 
 

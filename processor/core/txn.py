@@ -58,20 +58,21 @@ class Txn:
         return self.commit
 
     def to_bytes(self) -> builtins.bytes:  # builtins: the `bytes` field shadows the type here
-        # Field by field: dataclasses.asdict deep-copies, which dominated with many open transactions.
-        doc = {name: getattr(self, name) for name in _PERSISTED}
+        # A JSON array in _PERSISTED order, commit last: a third of the cost of an object with names.
         c = self.commit
-        doc["commit"] = None if c is None else {"scn": c.scn, "ts_ms": c.ts_ms, "thread": c.thread, "offset": c.offset}
-        return json.dumps(doc, separators=(",", ":")).encode()
+        doc = [getattr(self, name) for name in _PERSISTED]
+        doc.append(None if c is None else [c.scn, c.ts_ms, c.thread, c.offset])
+        return _encode(doc).encode()
 
     @classmethod
     def from_bytes(cls, raw: builtins.bytes) -> Txn:
         doc = json.loads(raw)
-        commit = doc.pop("commit")
-        txn = cls(**doc)
+        commit = doc.pop()
+        txn = cls(**dict(zip(_PERSISTED, doc, strict=True)))
         txn.savepoints = [(str(s[0]), int(s[1])) for s in txn.savepoints]
-        txn.commit = Commit(**commit) if commit else None
+        txn.commit = Commit(*commit) if commit else None
         return txn
 
 
 _PERSISTED = tuple(f.name for f in fields(Txn) if f.name not in ("prefix", "commit"))
+_encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
