@@ -100,6 +100,8 @@ def spark_session(app: str = "txbuffer-spark", conf: dict[str, str] | None = Non
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
+        # Each batch then uploads the state changes only, not a RocksDB snapshot of the whole window.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Delta rebuilds table snapshots with this many tasks (default 50): far too many for the
         # few small log files of a streaming sink between checkpoints.
