@@ -11,6 +11,7 @@ trigger.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -114,6 +115,7 @@ def bench_spark(
         "input_rows": summary["input_rows"],
         "batches": summary["batches"],
         "batch_seconds": summary.get("batch_seconds"),
+        "batch_durations_ms": summary.get("batch_durations"),  # addBatch = the Delta writes
         "query_seconds": summary["seconds"],
         "changes_per_s": round(summary["input_rows"] / summary["seconds"], 1),
         "records_per_s": round(summary["input_rows"] / summary["seconds"], 1),
@@ -125,6 +127,7 @@ def bench_spark(
         "trigger": trigger,
         "master": master,
         "kafka_path": "native" if summary["native"] else "python",
+        "load_average": [round(x, 2) for x in os.getloadavg()],  # a shared machine skews every figure
     }
     log.info("bench.spark", **result)
     return result
