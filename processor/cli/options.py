@@ -116,13 +116,13 @@ def exit_codes(command: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         except StoreWriteError as exc:
             log.error("state_store.write_failed", error=str(exc), no_space=exc.no_space, free_bytes=exc.free_bytes)
             return EXIT_STATE_STORE
-        except (KafkaException, RuntimeError) as exc:
+        except AvailableNowTimeout as exc:
+            log.error("run.failed", error_type=type(exc).__name__, error=str(exc))  # liveness logged the details
+            return EXIT_AVAILABLE_NOW_TIMEOUT
+        except (KafkaException, RuntimeError) as exc:  # last: the typed errors above are RuntimeErrors too
             if not is_fenced(exc):
                 raise
             log.error("exactly_once.fenced", error=str(exc), hint="another instance took over this transactional.id")
             return EXIT_FENCED
-        except AvailableNowTimeout as exc:
-            log.error("run.failed", error_type=type(exc).__name__, error=str(exc))  # liveness logged the details
-            return EXIT_AVAILABLE_NOW_TIMEOUT
 
     return run

@@ -22,6 +22,7 @@ from processor.core import codec
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
 from processor.kafka.delivery import TransactionAborted, for_guarantee
+from processor.kafka.poll import poll_batch
 from processor.kafka.sink import KafkaSink
 from processor.runtime.available_now import AvailableNow
 from processor.runtime.config import ProcessorConfig
@@ -37,6 +38,9 @@ from processor.runtime.partitions import Partitions, Phase
 from processor.store.rocks import RocksStore
 
 log = structlog.get_logger(__name__)
+
+IDLE_WAIT_S = 0.1  # longest wait for input when nothing is in flight
+ACK_WAIT_S = 0.002  # the same while emitted changes wait for acknowledgements
 
 __all__ = ["AvailableNowTimeout", "LostStateError", "RunSummary", "Runner"]
 
@@ -115,7 +119,10 @@ class Runner:
         last_log = time.monotonic()
         try:
             while not self.stop_requested:
-                self._process(self.consumer.consume(cfg.max_batch, 0.1))
+                # Return at the first record, not when max_batch are there (kafka/poll.py); while
+                # released changes wait for their acks, wake often so END follows them promptly.
+                wait_s = ACK_WAIT_S if self.emitter.queue else IDLE_WAIT_S
+                self._process(poll_batch(self.consumer, cfg.max_batch, wait_s))
                 now = time.monotonic()
                 self.watch.update(bool(p.held), now)
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
@@ -131,6 +138,8 @@ class Runner:
                     last_log = now
                     self._log_progress(now - started)
                 if finish is not None and finish.reached():
+                    if cfg.max_open_age_ms:  # the retention policy also applies to what this run read last
+                        self._abandon_old_transactions()
                     self.dispatcher.drain(timeout_s=60)
                     p.checkpoint_all()
                     if self.delivery.commits_offsets_itself and not self._final_commit():
