@@ -225,22 +225,28 @@ cdef inline void open_text(Text* t, str text):
     t.n = len(text)
 
 
+cdef Py_ssize_t name_end(const Text* t, str text, Py_ssize_t i, list out) except -2:
+    """Append the quoted identifier at i to out and return its end; -1 when none is there."""
+    cdef bint doubled = False
+    cdef Py_ssize_t e
+    if at(t, i) != 34:  # "
+        return -1
+    e = quoted_end(t, i, &doubled)
+    if e >= 0:
+        out.append(unquoted(text, i, e, doubled, '""', '"'))
+    return e
+
+
 def columns(str text not None):
     """[name, ...] of a column list that is the whole text; None if it is not one."""
     cdef Text t
     cdef Py_ssize_t i = 0, e
-    cdef bint doubled
     cdef list names = []
     open_text(&t, text)
     while True:
-        i = skip_ws(&t, i)
-        if at(&t, i) != 34:  # "
-            return None
-        doubled = False
-        e = quoted_end(&t, i, &doubled)
+        e = name_end(&t, text, skip_ws(&t, i), names)
         if e < 0:
             return None
-        names.append(unquoted(text, i, e, doubled, '""', '"'))
         i = skip_ws(&t, e)
         if i >= t.n:
             return names
@@ -323,18 +329,12 @@ def sets(str text not None):
     """([name, ...], [item, ...]) of a SET list that is the whole text; None if it is not one."""
     cdef Text t
     cdef Py_ssize_t i = 0, e
-    cdef bint doubled
     cdef list names = [], items = []
     open_text(&t, text)
     while True:
-        i = skip_ws(&t, i)
-        if at(&t, i) != 34:
-            return None
-        doubled = False
-        e = quoted_end(&t, i, &doubled)
+        e = name_end(&t, text, skip_ws(&t, i), names)
         if e < 0:
             return None
-        names.append(unquoted(text, i, e, doubled, '""', '"'))
         i = skip_ws(&t, e)
         if at(&t, i) != 61:
             return None
