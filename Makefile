@@ -39,14 +39,11 @@ lint: venv
 
 ## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
 # TXBUFFER_CODEC=compiled: a failed codec build fails the suite instead of falling back to fastavro.
-# The unit tests (CPU, no broker) run beside the broker tests (which mostly wait on brokers, JVMs
-# and restarts); their report follows. Either failing fails the target.
+# Three groups run side by side, each with its own broker: the unit tests (CPU, no broker), the
+# end-to-end tests and the integration tests (both mostly wait on brokers, JVMs and restarts).
+# The two background groups' reports follow the integration report. Any group failing fails.
 test: setup
-	@rm -f .unit-tests.log; \
-	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -rs -p no:cacheprovider -m 'not pending' tests/unit > .unit-tests.log 2>&1 & unit=$$!; \
-	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -rs --durations=30 -p no:cacheprovider -m 'not pending' tests/e2e tests/integration; rc=$$?; \
-	wait $$unit; unit_rc=$$?; echo "--- unit tests (ran alongside) ---"; cat .unit-tests.log; \
-	echo "broker tests exit $$rc, unit tests exit $$unit_rc"; test $$rc -eq 0 -a $$unit_rc -eq 0
+	@PY=$(PY) bash tests/run_groups.sh
 
 ## Tests of capabilities still being finished (see the `pending` marker in pyproject.toml).
 test-pending: setup
