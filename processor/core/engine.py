@@ -12,7 +12,7 @@ import struct
 from collections import OrderedDict, deque
 from typing import Any
 
-from processor.core import codec, keys, stored
+from processor.core import codec, incomplete, keys, stored
 from processor.core import events as ev
 from processor.core.actions import Action, Committed, DeadLetter, Finished
 from processor.core.filters import Filters
@@ -42,6 +42,9 @@ class PartitionEngine:
         self.next_offset = 0
         self.watermark = -1
         self.last_ts_ms = 0
+        # xid -> [reason, markers]: open transactions that lost an event at the source (incomplete.py).
+        # Persisted in the position record: it is written in the same batch as the transactions.
+        self.incomplete: dict[str, list[Any]] = {}
         self.stats = Stats()
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
@@ -116,6 +119,7 @@ class PartitionEngine:
             # later offset would re-read that attempt's tail without its savepoints.
             self._drop_all(txn)
             del self.open[xid]
+            self._forget_incomplete(xid)  # the new attempt brings its own markers
             self.stats.restarts += 1
             first_offset = txn.first_offset
             txn = self._open(xid, offset, e)
@@ -136,11 +140,14 @@ class PartitionEngine:
             self._advance_watermark(e["scn"])
             self._drop_all(txn)
             del self.open[xid]
+            self._forget_incomplete(xid)
             self.stats.rolled_back += 1
             return [self._finish(xid, offset, ROLLED_BACK)]
         if txn.filtered and op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT):
             return []  # nothing of it is buffered: partial rollbacks have nothing to act on
         if op == ev.SAVEPOINT:
+            if e["savepoint"] == incomplete.MARK:
+                return self._mark_incomplete(txn, e)
             txn.savepoints.append((e["savepoint"], e["seq"]))
             self._dirty.add(xid)
             return []
@@ -284,6 +291,7 @@ class PartitionEngine:
             self._advance_watermark(e["scn"])
             self._drop_all(txn)
             del self.open[txn.xid]
+            self._forget_incomplete(txn.xid)
             self.stats.rolled_back += 1
             return [self._finish(txn.xid, offset, ROLLED_BACK)]
         self.flush_data()
@@ -320,11 +328,48 @@ class PartitionEngine:
         if txn.filtered:
             self._drop_all(txn)
             self.stats.filtered_txns += 1
+            self._forget_incomplete(txn.xid)
             return [self._finish(txn.xid, offset, FILTERED)]
+        if self.incomplete and txn.xid in self.incomplete:
+            return self._commit_incomplete(txn, offset)
         self.pending[txn.xid] = txn
         self._dirty.add(txn.xid)
         self.stats.committed += 1
         return [Committed(txn)]
+
+    # ------------------------------------------------------------------ incomplete transactions
+
+    def _mark_incomplete(self, txn: Txn, e: codec.RawFields) -> list[Action]:
+        """A source could not write one of this transaction's events: it must never be emitted."""
+        seen = self.incomplete.get(txn.xid)
+        if seen is None:
+            self.incomplete[txn.xid] = [incomplete.describe(e), 1]
+        else:
+            seen[1] += 1
+        self._pos_dirty = True
+        return []
+
+    def _commit_incomplete(self, txn: Txn, offset: int) -> list[Action]:
+        """The whole transaction goes to the DLQ as one record (its events stay on the raw topic
+        between first_offset and offset); it finishes as abandoned: reported, never emitted."""
+        reason, markers = self.incomplete.pop(txn.xid)
+        self._pos_dirty = True
+        more = f" (and {markers - 1} more)" if markers > 1 else ""
+        dropped = txn.events
+        self._drop_all(txn)
+        self.stats.abandoned += 1
+        dead = self._dead(
+            offset,
+            txn.xid.encode(),
+            None,
+            f"incomplete: {reason}{more}; transaction {txn.xid} (raw partition {self.partition}, "
+            f"offsets {txn.first_offset}..{offset}) dead-lettered whole, {dropped} buffered events not emitted",
+        )
+        return [*dead, self._finish(txn.xid, offset, ABANDONED)]
+
+    def _forget_incomplete(self, xid: str) -> None:
+        if self.incomplete and self.incomplete.pop(xid, None) is not None:
+            self._pos_dirty = True
 
     # ------------------------------------------------------------------ outcomes
 
@@ -348,6 +393,7 @@ class PartitionEngine:
             )
             del self.open[txn.xid]
             self._drop_all(txn)
+            self._forget_incomplete(txn.xid)
             self.stats.abandoned += 1
             actions.append(DeadLetter(self.partition, txn.first_offset, txn.xid.encode(), None, reason))
             actions.append(self._finish(txn.xid, self.next_offset - 1, ABANDONED))
@@ -420,11 +466,13 @@ class PartitionEngine:
                 self.batch.put(mkey, txn.to_bytes())
         self._dirty.clear()
         self._prune_completed()
-        pos = {
+        pos: dict[str, Any] = {
             "next_offset": self.next_offset,
             "watermark": self.watermark,
             "version": FORMAT_VERSION,
         }
+        if self.incomplete:
+            pos["incomplete"] = self.incomplete
         self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
         self._pos_dirty = False
         self.store.write(self.batch)
@@ -452,6 +500,7 @@ class PartitionEngine:
             return None  # written by another format: rebuilt, never misread
         eng = cls(partition, store, filters, min_completed)
         eng.next_offset, eng.watermark = pos["next_offset"], pos["watermark"]
+        eng.incomplete = {str(x): list(v) for x, v in pos.get("incomplete", {}).items()}
         pending = []
         for _, raw in store.scan_prefix(keys.partition_prefix(keys.META, partition)):
             txn = Txn.from_bytes(raw)
