@@ -9,6 +9,10 @@ that does not know the marker sees a harmless savepoint.
 The engine remembers the transaction as incomplete. At its COMMIT the whole transaction is
 dead-lettered (one record: the reason and where it lies on the raw topic) and never emitted; at a
 ROLLBACK nothing was lost and it ends as usual.
+
+A control event (BEGIN, COMMIT, ROLLBACK, savepoints, SUBTXN_ABORT) over the limit is written again
+without its attrs instead, marked ATTR_STRIPPED: only changes carry attrs to the outputs, so the
+transaction loses nothing and needs no marker.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ MARK = "txb.incomplete"  # the marker's savepoint name
 ATTR_REASON = "txb.incomplete"  # why the event is missing
 ATTR_OP = "txb.op"  # the missing event's op
 ATTR_SIZE = "txb.size"  # its encoded size in bytes
+ATTR_STRIPPED = "txb.stripped"  # on a control event written again without its attrs: its original size
 
 # Carried over from the missing event: routing, position and what the engine's filters look at.
 _KEPT = ("thread", "ts_ms", "user", "client", "subxid", "table")
@@ -33,14 +38,13 @@ def marker(event: dict[str, Any], reason: str, size: int) -> dict[str, Any]:
     return ev.raw_event(event["xid"], ev.SAVEPOINT, event["seq"], event["scn"], savepoint=MARK, attrs=attrs, **kept)
 
 
-def stripped(event: dict[str, Any]) -> dict[str, Any] | None:
-    """A control event (BEGIN, COMMIT, ROLLBACK, savepoints, SUBTXN_ABORT) without its bulky fields,
-    so the transaction still ends; None for a change or fragment, whose data cannot be left out."""
+def stripped(event: dict[str, Any], size: int) -> dict[str, Any] | None:
+    """A control event (BEGIN, COMMIT, ROLLBACK, savepoints, SUBTXN_ABORT) without its attrs, the
+    only field of it that can grow; None for a change or fragment, whose data cannot be left out."""
     op = event["op"]
     if op in ev.CHANGE_OPS or op in ev.FRAGMENT_OPS or op == ev.HEARTBEAT:
         return None
-    kept = {n: event[n] for n in (*_KEPT, "savepoint") if event.get(n) is not None and n != "table"}
-    return ev.raw_event(event["xid"], op, event["seq"], event["scn"], **kept)
+    return {**event, "attrs": {ATTR_STRIPPED: str(size)}}
 
 
 def describe(e: Any) -> str:

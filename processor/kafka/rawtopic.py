@@ -7,6 +7,12 @@ when a DLQ topic is given, `fail` (or no DLQ topic) raises RecordTooLarge: it ne
 record the broker will always refuse. Raw events are not chunked: the engine's fragment mechanism
 (LOB_WRITE pieces merged into their change) needs free seq numbers after the change, which a
 writer cannot know are free, so `chunk` dead-letters inputs and chunks only outputs.
+
+A dead-lettered change or fragment leaves its transaction incomplete, so the writer puts the
+incomplete marker (processor.core.incomplete: a SAVEPOINT named txb.incomplete) on the raw topic in
+its place, and the processor dead-letters that transaction whole at its COMMIT instead of emitting
+it without the event. A control event (BEGIN, COMMIT, ROLLBACK, ...) is written again without its
+attrs instead (they never reach an output), so the transaction still ends, whole.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Callable, Iterable
 import structlog
 from confluent_kafka import KafkaError, Message
 
-from processor.core import events
+from processor.core import events, incomplete
 from processor.kafka.admin import BROKER_DEFAULT_REPLICATION, ensure_topics, partition_count, producer_size_limit
 from processor.kafka.client_config import KafkaClientConfig, as_client_config
 from processor.kafka.dlq import DeadLetterWriter
@@ -60,7 +66,7 @@ class RawTopicWriter:
             ensure_topics(self.client, {dlq_topic: 1}, replication_factor)
             self.dlq = DeadLetterWriter(self.producer, dlq_topic)
         self.written = 0
-        self.oversized = 0
+        self.oversized = 0  # events dead-lettered for their size; each marked its transaction incomplete
         self.failed: list[str] = []
         self._on_delivery = on_delivery
 
@@ -70,20 +76,37 @@ class RawTopicWriter:
         if self._on_delivery is not None:
             self._on_delivery(err, msg)
 
-    def _produce(self, key: bytes, value: bytes, partition: int | None = None) -> None:
+    def _produce(self, key: bytes, value: bytes, partition: int | None = None, event: dict | None = None) -> None:
         try:
             produce(self.producer, self.topic, value, key, partition=partition, on_delivery=self._delivered)
         except RecordTooLarge as exc:
             if self.dlq is None or self.policy == "fail":
                 raise
-            self.oversized += 1
-            log.warning("raw.oversized", topic=self.topic, xid=key.decode(errors="replace"), size=exc.size)
-            reason = str(exc) + ("; raw events are not chunked" if self.policy == "chunk" else "")
-            self._dead_letters().write(key, value, reason, self.source, xid=key.decode(errors="replace"), size=exc.size)
+            self._oversized_event(key, value, exc, event)
             return
         self.written += 1
         if self.written % 10000 == 0:
             self.producer.poll(0)
+
+    def _oversized_event(self, key: bytes, value: bytes, exc: RecordTooLarge, event: dict | None) -> None:
+        """Dead-letter the event and mark its transaction incomplete on the raw topic, in its place."""
+        self.oversized += 1
+        xid = key.decode(errors="replace")
+        reason = str(exc) + ("; raw events are not chunked" if self.policy == "chunk" else "")
+        self._dead_letters().write(key, value, reason, self.source, xid=xid, size=exc.size)
+        if not xid:
+            return  # a HEARTBEAT: no transaction to mark
+        if event is None:
+            event = events.decode_raw(value)  # only on this rare path: write_encoded passes bytes
+        stand_in = incomplete.stripped(event, exc.size)
+        marked = stand_in is None
+        if stand_in is None:
+            stand_in = incomplete.marker(event, reason, exc.size)
+        produce(self.producer, self.topic, events.encode_raw(stand_in), key, on_delivery=self._delivered)
+        self.written += 1
+        log.warning(
+            "raw.oversized", topic=self.topic, xid=xid, seq=event["seq"], op=event["op"], size=exc.size, marked=marked
+        )
 
     def _dead_letters(self) -> DeadLetterWriter:
         """The oversized events' DLQ writer: its own producer, capped at the DLQ topic's limit rather
@@ -96,7 +119,7 @@ class RawTopicWriter:
 
     def write(self, event: dict) -> None:
         """Write one RawEvent (a dict as from events.raw_event) to its XID's partition."""
-        self._produce(event["xid"].encode(), events.encode_raw(event))
+        self._produce(event["xid"].encode(), events.encode_raw(event), event=event)
 
     def write_encoded(self, xid: str, value: bytes) -> None:
         self._produce(xid.encode(), value)

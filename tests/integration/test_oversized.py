@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from processor.core import events as ev
+from processor.core import incomplete
 from processor.kafka.admin import ensure_topics
 from processor.kafka.chunking import chunk_of
 from processor.kafka.dlq import read_dlq_headers
@@ -130,9 +131,14 @@ def test_a_source_event_over_the_raw_topic_limit_goes_to_the_dlq_and_the_rest_is
     writer.write(ev.raw_event("t1", ev.INSERT, 1, 2, table="s.docs", after={"DOC": "y" * 200_000}))
     writer.write(ev.raw_event("t1", ev.COMMIT, 2, 3))
     writer.flush()
-    assert (writer.written, writer.oversized) == (2, 1)
-    ops = [ev.decode_raw(m.value())["op"] for m in read_to_end(kafka.bootstrap, topics["raw"])]
-    assert ops == [ev.BEGIN, ev.COMMIT]
+    assert (writer.written, writer.oversized) == (3, 1)
+    raw = [ev.decode_raw(m.value()) for m in read_to_end(kafka.bootstrap, topics["raw"])]
+    assert [(e["op"], e["seq"], e["savepoint"]) for e in raw] == [
+        (ev.BEGIN, 0, None),
+        (ev.SAVEPOINT, 1, incomplete.MARK),  # the incomplete marker, in the lost event's place
+        (ev.COMMIT, 2, None),
+    ]
+    assert raw[1]["attrs"][incomplete.ATTR_OP] == ev.INSERT and int(raw[1]["attrs"][incomplete.ATTR_SIZE]) > 200_000
     (dead,) = read_to_end(kafka.bootstrap, topics["dlq"])
     headers = read_dlq_headers(dead.headers())
     assert (headers["source"], headers["xid"]) == ("generate", "t1")
@@ -233,9 +239,91 @@ def test_an_oversized_source_event_follows_the_policy(kafka, policy):
     writer.write(big)
     writer.write(ev.raw_event("t1", ev.COMMIT, 2, 3))
     writer.flush()
-    ops = [ev.decode_raw(m.value())["op"] for m in read_to_end(kafka.bootstrap, topics["raw"])]
-    assert ops == [ev.BEGIN, ev.COMMIT]
+    raw = [ev.decode_raw(m.value()) for m in read_to_end(kafka.bootstrap, topics["raw"])]
+    assert [(e["op"], e["savepoint"]) for e in raw] == [
+        (ev.BEGIN, None),
+        (ev.SAVEPOINT, incomplete.MARK),
+        (ev.COMMIT, None),
+    ]
     (dead,) = read_to_end(kafka.bootstrap, topics["dlq"])
     headers = read_dlq_headers(dead.headers())
     assert headers["reason"].endswith("raw events are not chunked") and int(headers["size"]) > 200_000
     assert ev.decode_raw(dead.value()) == big  # the event itself, untouched
+
+
+# -- a source event over the raw topic's limit, through the processor ----------------------------
+
+
+def _lossy_source(kafka: EmbeddedKafka, topics: dict[str, str], policy: str) -> RawTopicWriter:
+    """t1 loses its second INSERT (too large for the raw topic), t2 is whole, t3 loses one and rolls
+    back (nothing lost), t4's COMMIT is written again without its attrs (nothing lost)."""
+    ensure_topics(kafka.bootstrap, {topics["raw"]: 1}, config={"max.message.bytes": "100000"})
+    writer = RawTopicWriter(
+        kafka.bootstrap, topics["raw"], dlq_topic=topics["dlq"], source="generate", oversized=policy
+    )
+    row = {"table": "s.docs"}
+    big = {"DOC": "y" * 200_000}
+    for e in [
+        ev.raw_event("t1", ev.BEGIN, 0, 1),
+        ev.raw_event("t1", ev.INSERT, 1, 2, key={"ID": 1}, after={"ID": 1}, **row),
+        ev.raw_event("t2", ev.BEGIN, 0, 3),
+        ev.raw_event("t1", ev.INSERT, 2, 4, key={"ID": 2}, after={"ID": 2, **big}, **row),
+        ev.raw_event("t2", ev.INSERT, 1, 5, key={"ID": 3}, after={"ID": 3}, **row),
+        ev.raw_event("t1", ev.INSERT, 3, 6, key={"ID": 4}, after={"ID": 4}, **row),
+        ev.raw_event("t1", ev.COMMIT, 4, 7),
+        ev.raw_event("t2", ev.COMMIT, 2, 8),
+        ev.raw_event("t3", ev.BEGIN, 0, 9),
+        ev.raw_event("t3", ev.INSERT, 1, 10, key={"ID": 5}, after={"ID": 5, **big}, **row),
+        ev.raw_event("t3", ev.ROLLBACK, 2, 11),
+        ev.raw_event("t4", ev.BEGIN, 0, 12),
+        ev.raw_event("t4", ev.INSERT, 1, 13, key={"ID": 6}, after={"ID": 6}, **row),
+        ev.raw_event("t4", ev.COMMIT, 2, 14, attrs={"note": "z" * 200_000}),
+    ]:
+        writer.write(e)
+    writer.heartbeat(20)
+    writer.flush()
+    return writer
+
+
+@pytest.mark.parametrize(
+    ("policy", "guarantee"),
+    [("dlq", "at_least_once_dedup"), ("chunk", "at_least_once_dedup"), ("dlq", "exactly_once")],
+)
+def test_a_transaction_that_lost_an_event_at_the_source_is_dead_lettered_whole(kafka, tmp_path, policy, guarantee):
+    topics = _topics()
+    writer = _lossy_source(kafka, topics, policy)
+    assert writer.oversized == 3
+    for _ in range(2):  # a restart finds nothing left to do
+        proc = _run(
+            kafka, topics, tmp_path / "state", "--oversized", policy, "--guarantee", guarantee,
+            "--transactional-id", topics["group"],
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    changes = [ev.decode_change(m.value()) for m in read_to_end(kafka.bootstrap, topics["changes"])]
+    assert [(c["source"]["xid"], c["key"]) for c in changes] == [("t2", {"ID": 3}), ("t4", {"ID": 6})]
+    ends = _ends(kafka, topics)
+    assert set(ends) == {"t2", "t4"}  # t1 never looks committed to a consumer
+    transactions = [ev.decode_transaction(m.value()) for m in read_to_end(kafka.bootstrap, topics["transactions"])]
+    assert "t1" not in {t["id"] for t in transactions}  # not even its BEGIN
+
+    dead = [(read_dlq_headers(m.headers()), m) for m in read_to_end(kafka.bootstrap, topics["dlq"])]
+    at_source = [(h["xid"], int(h["size"])) for h, _ in dead if h["source"] == "generate"]
+    assert [xid for xid, _ in at_source] == ["t1", "t3", "t4"] and all(size > 200_000 for _, size in at_source)
+    by_processor = [(h, m) for h, m in dead if h["source"] == topics["raw"]]
+    assert len(by_processor) == 1, [h for h, _ in dead]
+    headers, record = by_processor[0]
+    assert headers["xid"] == "t1" and record.value() is None
+    assert headers["reason"].startswith("incomplete: event seq 2 (INSERT s.docs, scn 4, ")
+    assert "oversized at source: record too large" in headers["reason"]
+    assert ("raw events are not chunked" in headers["reason"]) == (policy == "chunk")
+    raw = list(read_to_end(kafka.bootstrap, topics["raw"]))
+    commits = [ev.decode_raw(m.value()) for m in raw if ev.decode_raw(m.value())["op"] == ev.COMMIT]
+    assert commits[-1]["xid"] == "t4" and int(commits[-1]["attrs"][incomplete.ATTR_STRIPPED]) > 200_000
+    commit_of_t1 = next(m.offset() for m in raw if m.key() == b"t1" and ev.decode_raw(m.value())["op"] == ev.COMMIT)
+    assert (headers["partition"], headers["offset"]) == ("0", str(commit_of_t1))
+    outcomes = {
+        o["xid"]: o["outcome"]
+        for o in map(ev.decode_outcome, (m.value() for m in read_to_end(kafka.bootstrap, topics["outcomes"])))
+    }
+    assert outcomes == {"t1": "abandoned", "t3": "rolled_back"}

@@ -103,15 +103,9 @@ def test_a_plain_savepoint_is_not_a_marker(store):
     assert run.dead == [] and len(run.changes) == 2
 
 
-def test_stripped_control_event_keeps_what_ends_the_transaction():
+def test_stripped_control_event_keeps_everything_but_its_attrs():
     commit = R("a", ev.COMMIT, 7, 70, ts_ms=5, attrs={"huge": "x" * 100}, user="u")
-    s = incomplete.stripped(commit)
-    assert s is not None and (s["op"], s["seq"], s["scn"], s["ts_ms"], s["user"], s["attrs"]) == (
-        ev.COMMIT,
-        7,
-        70,
-        5,
-        "u",
-        {},
-    )
-    assert incomplete.stripped(ins("a", 1, 1)) is None
+    s = incomplete.stripped(commit, 1234)
+    assert s == {**commit, "attrs": {incomplete.ATTR_STRIPPED: "1234"}}
+    assert incomplete.stripped(ins("a", 1, 1), 1234) is None
+    assert incomplete.stripped(R("a", ev.LOB_WRITE, 2, lob_column="C", lob_data="x"), 1234) is None
