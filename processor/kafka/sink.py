@@ -184,6 +184,15 @@ class KafkaSink:
         if self.outcome_errors:
             raise RuntimeError(f"outcomes failed: {self.outcome_errors[:3]}")
 
+    def transaction_aborted(self) -> None:
+        """exactly_once: the batch's Kafka transaction was aborted, and its dead letters and outcomes
+        with it. Their delivery errors (the purge) mean nothing, and the changes behind the recorded
+        reasons are emitted again after the rewind: kept, those reasons would be counted twice in
+        their END, or stick to a transaction another instance finishes."""
+        self._dead_lettered.clear()
+        del self.outcome_errors[:]
+        del self.dlq.errors[:]
+
     def _mark_end(self, xid: str, value: bytes) -> bytes:
         """An END whose transaction lost changes to the DLQ says so in `reason`."""
         event = ev.decode_transaction(value)

@@ -66,9 +66,7 @@ class EosRecovery:
         dispatcher.committed.clear()
         dispatcher.take_dead_letters()
         del dispatcher.emitter.errors[:]  # in place: every ack tracker appends to this list
-        sink = dispatcher.sink
-        del sink.outcome_errors[:]
-        del sink.dlq.errors[:]
+        dispatcher.sink.transaction_aborted()  # its dead letters went with the abort
 
     def _close_dirty(self, partition: int) -> None:
         parts = self.partitions

@@ -19,9 +19,15 @@ import time
 
 import pytest
 import structlog
-from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from processor.core import events as ev
+from processor.kafka.admin import ensure_topics
+from processor.kafka.delivery import TransactionAborted
+from processor.kafka.dlq import read_dlq_headers
+from processor.kafka.rawtopic import RawTopicWriter
+from processor.kafka.read import read_to_end
 from processor.runtime.metrics import Metrics
 from processor.runtime.runner import Runner
 
@@ -109,3 +115,58 @@ def test_a_member_joining_during_an_exactly_once_commit_is_rewound_in_process_no
     assert run.events > 0
 
     assert_each_change_once(broker.bootstrap, topics, expected, summary["changes"])
+
+
+def test_an_aborted_batch_forgets_its_dead_lettered_changes_so_end_counts_them_once(broker, tmp_path):
+    """A change too large for the changes topic is dead-lettered (oversized: dlq) in a batch whose
+    Kafka transaction is then aborted before its END: the rewind emits the transaction again and
+    dead-letters the change again. Its END must count one dead-lettered change, not the aborted
+    attempt's as well (KafkaSink forgets them on the abort)."""
+    topics = Topics.fresh()
+    ensure_topics(broker.bootstrap, {topics.changes: 1}, config={"max.message.bytes": "100000"})
+    writer = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
+    row = {"table": "s.docs", "key": {"ID": 1}}
+    writer.write(ev.raw_event("big", ev.BEGIN, 0, 1))
+    writer.write(ev.raw_event("big", ev.INSERT, 1, 2, after={"ID": 1, "DOC": "b" * 300_000}, **row))
+    writer.write(ev.raw_event("big", ev.COMMIT, 2, 3))
+    small = {"table": "s.docs", "key": {"ID": 2}}
+    writer.write(ev.raw_event("small", ev.INSERT, 1, 4, after={"ID": 2, "DOC": "ok"}, **small))
+    writer.write(ev.raw_event("small", ev.COMMIT, 2, 5))
+    writer.heartbeat(10)
+    writer.flush()
+
+    cfg = config(
+        broker.bootstrap, topics, tmp_path / "a", guarantee="exactly_once", available_now=True,
+        transactional_id=f"a-{topics.group}", oversized="dlq",
+    )  # fmt: skip
+    runner = Runner(cfg)
+    end_batch = runner.delivery.end_batch
+    aborted = []
+
+    def abort_the_batch_that_dead_lettered(offsets, consumer):
+        if aborted or not runner.sink.oversized_changes:
+            return end_batch(offsets, consumer)
+        # As the broker aborts a transaction mid-batch: the dead letter is written, the END is not.
+        runner.producer.flush(30)
+        runner.producer.abort_transaction(30)
+        runner.delivery.in_transaction = False
+        aborted.append(True)
+        raise TransactionAborted(KafkaError(KafkaError.ILLEGAL_GENERATION, "test abort", txn_requires_abort=True))
+
+    runner.delivery.end_batch = abort_the_batch_that_dead_lettered
+    with structlog.testing.capture_logs() as logs:
+        runner.run()
+    assert aborted and any(e["event"] == "exactly_once.rebalance_recovered" for e in logs)
+    assert runner.sink.oversized_changes == 2  # dead-lettered in the aborted batch and again after the rewind
+
+    dead = list(read_to_end(broker.bootstrap, topics.dlq))  # read_committed: the aborted one is gone
+    assert [read_dlq_headers(m.headers())["xid"] for m in dead] == ["big"]
+    ends = {
+        t["id"]: t
+        for t in (ev.decode_transaction(m.value()) for m in read_to_end(broker.bootstrap, topics.transactions))
+        if t["status"] == "END"
+    }
+    assert set(ends) == {"big", "small"}
+    assert ends["big"]["reason"].startswith("1 change(s) dead-lettered: record too large"), ends["big"]["reason"]
+    changes = [ev.decode_change(m.value()) for m in read_to_end(broker.bootstrap, topics.changes)]
+    assert [c["source"]["xid"] for c in changes] == ["small"]
