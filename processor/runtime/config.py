@@ -51,9 +51,9 @@ class ProcessorConfig(BaseModel):
     transactions_topic: str = "txbuffer.transactions"
     dlq_topic: str = "txbuffer.dlq"
     outcomes_topic: str = Field(
-        "txbuffer.outcomes",
-        description="internal: outcomes of transactions that "
-        "emitted nothing, to rebuild the completed index on an empty disk",
+        "",
+        description="internal: outcomes of transactions that emitted nothing, to rebuild the completed index "
+        "on an empty disk; default <transactions_topic>.outcomes",
     )
     group: str = "txbuffer"
     state_dir: Path = Path("./state")
@@ -137,6 +137,13 @@ class ProcessorConfig(BaseModel):
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
             yield name, (redact(value) if name == "kafka" else value)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # The outcomes belong to one pipeline, like its END records: a shared default topic let a
+        # second pipeline on the same raw topic take the first one's rolled-back or filtered
+        # transactions as finished when it rebuilt its index (and drop them as late events).
+        if not self.outcomes_topic:
+            object.__setattr__(self, "outcomes_topic", f"{self.transactions_topic}.outcomes")
 
     def kafka_client(self) -> KafkaClientConfig:
         """The connection every Kafka client of this process uses."""
