@@ -230,6 +230,12 @@ class Bench:
             "outputs_complete": ok,
             "changes_emitted": res.summary.get("changes_emitted"),
             "expected_changes": w.committed_changes,
+            "transactions": {  # what outputs_complete compares
+                "committed": res.summary.get("committed"),
+                "expected_committed": w.committed,
+                "rolled_back": res.summary.get("rolled_back"),
+                "expected_rolled_back": w.rolled_back,
+            },
         }
 
     def steady_eos(self, run: int) -> dict:
