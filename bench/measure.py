@@ -113,7 +113,7 @@ class Proc:
             cmd = [
                 str(pyspy),
                 "record",
-                "--nonblocking",
+                *(["--native"] if os.environ.get("TXBUFFER_PROFILE_NATIVE") else ["--nonblocking"]),
                 "-r",
                 "200",
                 "-f",

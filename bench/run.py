@@ -735,14 +735,18 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + report["issue_table"])
     out = Path(args.out) if args.out else RESULTS / f"{stamp}.json"
     out.write_text(json.dumps(report, indent=2, default=str))
-    (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str))
+    # latest.* is the last complete `make bench`; a partial run (--only) leaves it alone.
+    complete = only == set(BENCHES)
+    if complete:
+        (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=str))
     try:
         png = plot.render(report, out.with_suffix(".png"))
-        shutil.copyfile(png, RESULTS / "latest.png")
+        if complete:
+            shutil.copyfile(png, RESULTS / "latest.png")
         print(f"wrote {png}")
     except Exception as exc:  # matplotlib is in the bench extra; the JSON stands without it
         print(f"no PNG: {type(exc).__name__}: {exc}")
-    print(f"\nwrote {out} and {RESULTS / 'latest.json'} ({report['seconds']:.0f}s)")
+    print(f"\nwrote {out}" + (f" and {RESULTS / 'latest.json'}" if complete else "") + f" ({report['seconds']:.0f}s)")
     return 0
 
 
