@@ -12,6 +12,12 @@ dropped (engine, emissions, global-order entries; under exactly_once the store i
 the restore wipes it) and taken on again through the normal restore path: committed offsets,
 completed-index rebuild from Kafka, the consumer rewound there. The group membership stays; the
 rebalance then revokes or assigns as usual. A fenced or fatal producer still stops the process.
+
+A group that keeps moving (a member crash-looping) would make this spin: abort, rebuild, abort. So
+recoveries with no committed batch between them back off exponentially before the restore (0.5 s,
+1 s, 2 s, ... up to 10 s: below max.poll.interval.ms, and the heartbeat thread keeps the membership),
+logged as exactly_once.recovery_backoff; the first one after a committed batch waits nothing. A
+stop request ends the wait, and the restore is then skipped (nothing is held, nothing committed).
 """
 
 from __future__ import annotations
@@ -22,15 +28,29 @@ from typing import Any
 import structlog
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from processor.runtime import stop
 from processor.runtime.partitions import Partitions, Phase
 
 log = structlog.get_logger(__name__)
+
+BACKOFF_FIRST_S = 0.5  # the wait before the second recovery in a row
+BACKOFF_MAX_S = 10.0
+
+
+def backoff_s(in_a_row: int) -> float:
+    """The wait before the in_a_row-th recovery with no committed batch since the previous one."""
+    if in_a_row <= 1:
+        return 0.0
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * float(2 ** (in_a_row - 2)))
 
 
 class EosRecovery:
     def __init__(self, partitions: Partitions, consumer: Consumer, producer: Any, metrics: Any = None):
         self.partitions, self.consumer, self.producer, self.metrics = partitions, consumer, producer, metrics
         self.recoveries = 0
+        self.in_a_row = 0  # recoveries with no committed batch between them
+        self.backoff_total_s = 0.0
+        self._batches_seen = -1
 
     def recover(self, error: KafkaError) -> None:
         """The batch's transaction is aborted: close every held partition dirty and restore it."""
@@ -40,8 +60,12 @@ class EosRecovery:
         self._forget_aborted_outputs()
         for p in dropped:
             self._close_dirty(p)
+        if self._back_off(error):
+            parts.on_change()
+            return  # stopping: nothing is held, the loop ends
         topic = parts.cfg.raw_topic
-        starts = parts.take_on(self.consumer, [TopicPartition(topic, p) for p in dropped]) if dropped else {}
+        with stop.interruptible("exactly_once recovery restore"):
+            starts = parts.take_on(self.consumer, [TopicPartition(topic, p) for p in dropped]) if dropped else {}
         for p, start in starts.items():
             # Prefetched records of the old position are discarded (librdkafka's seek barrier).
             self.consumer.seek(TopicPartition(topic, p, start))
@@ -58,6 +82,24 @@ class EosRecovery:
             seconds=round(time.monotonic() - started, 2),
             recoveries=self.recoveries,
         )
+
+    def _back_off(self, error: KafkaError) -> bool:
+        """Wait before a restore that follows another recovery with no committed batch between;
+        True when a stop was requested (then the restore is skipped)."""
+        batches = getattr(self.partitions.delivery, "committed_batches", 0)
+        self.in_a_row = 1 if batches != self._batches_seen else self.in_a_row + 1
+        self._batches_seen = batches
+        delay = backoff_s(self.in_a_row)
+        current = stop.current()
+        if delay:
+            log.warning(
+                "exactly_once.recovery_backoff", error=error.name(), seconds=delay, recoveries_in_a_row=self.in_a_row
+            )
+            self.backoff_total_s += delay
+            if current is not None:
+                return current.wait(delay)
+            time.sleep(delay)
+        return current is not None and current.requested
 
     def _forget_aborted_outputs(self) -> None:
         """Delivery reports and pending work of the aborted batch no longer mean anything."""

@@ -10,13 +10,15 @@ dropped the same way on an empty disk as on the old one.
 Both topics are read read_committed up to their high watermark, so a Kafka transaction still open
 on them (another instance mid-batch, or one that died: until a restart with its transactional.id
 fences it, or the coordinator aborts it after transaction.timeout.ms, 60 s by default) makes the
-rebuild wait. The wait is logged up front (index.rebuild_waits) and bounded by the read's timeout.
+rebuild wait. The wait is logged up front (index.rebuild_waits) and bounded by the read's timeout;
+a SIGTERM ends it at once (processor.runtime.stop: nothing is held or committed before it is done).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -25,6 +27,7 @@ from processor.core.txn import COMMITTED
 from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.end_offsets import list_offsets, topic_partitions
 from processor.kafka.read import read_to_end
+from processor.runtime import stop
 
 log = structlog.get_logger(__name__)
 
@@ -82,6 +85,26 @@ def completed_from_records(
                 heapq.heapreplace(heap, item)
 
     started = time.monotonic()
+    with stop.interruptible("index rebuild"):
+        read = _read_finished(bootstrap, transactions_topic, outcomes_topic, note)
+    found = {}
+    for p in starts:
+        rows = [(xid, off, outcome) for off, xid, outcome in sorted(below[p])]
+        rows += sorted(((xid, off, outcome) for xid, (off, outcome) in above[p].items()), key=lambda r: r[1])
+        found[p] = rows
+    log.info(
+        "index.rebuilt",
+        records_read=read,
+        seconds=round(time.monotonic() - started, 2),
+        found={p: len(rows) for p, rows in found.items()},
+    )
+    return found
+
+
+def _read_finished(
+    bootstrap: KafkaClientConfig | str, transactions_topic: str, outcomes_topic: str, note: Callable[..., None]
+) -> int:
+    """Feed every END and outcome record to note(partition, xid, offset, outcome); the count read."""
     read = 0
     for value in _read_all(bootstrap, transactions_topic):
         read += 1
@@ -98,16 +121,4 @@ def completed_from_records(
         except ev.DecodeError:
             continue
         note(rec["input_partition"], rec["xid"], rec["offset"], rec["outcome"])
-
-    found = {}
-    for p in starts:
-        rows = [(xid, off, outcome) for off, xid, outcome in sorted(below[p])]
-        rows += sorted(((xid, off, outcome) for xid, (off, outcome) in above[p].items()), key=lambda r: r[1])
-        found[p] = rows
-    log.info(
-        "index.rebuilt",
-        records_read=read,
-        seconds=round(time.monotonic() - started, 2),
-        found={p: len(rows) for p, rows in found.items()},
-    )
-    return found
+    return read

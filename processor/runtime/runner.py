@@ -11,9 +11,9 @@ dispatch.py and emitter.py, the --available-now end in available_now.py.
 from __future__ import annotations
 
 import gc
-import signal
 import socket
 import time
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -35,12 +35,19 @@ from processor.runtime.liveness import AssignmentWatch, AvailableNowTimeout
 from processor.runtime.lost_state import LostStateError
 from processor.runtime.offsets import OffsetCommitter
 from processor.runtime.partitions import Partitions, Phase
+from processor.runtime.stop import Stopping, StopSignal, set_current
 from processor.store.rocks import RocksStore
 
 log = structlog.get_logger(__name__)
 
 IDLE_WAIT_S = 0.1  # longest wait for input when nothing is in flight
 ACK_WAIT_S = 0.002  # the same while emitted changes wait for acknowledgements
+# SIGTERM bounds (stop.py): a poll (its rebalance callbacks: restore retries, revoke drains) and a
+# batch's commit get these graces before a stop cuts them short; closing after a stop (drains,
+# consumer close, producer flush) gets CLOSE_BUDGET_S from the signal.
+POLL_GRACE_S = 5.0
+COMMIT_GRACE_S = 10.0
+CLOSE_BUDGET_S = 20.0
 
 __all__ = ["AvailableNowTimeout", "LostStateError", "RunSummary", "Runner"]
 
@@ -90,6 +97,8 @@ class Runner:
         )
         self.summary = RunSummary()
         self.stop_requested = False
+        self.stop = StopSignal(self._request_stop)
+        self._failed = False  # the loop ended by an exception: engines may be past the last commit
         self._last_commit = 0.0
 
     @property
@@ -106,7 +115,8 @@ class Runner:
             if cfg.available_now
             else None
         )
-        previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.stop.install()
+        set_current(self.stop)
         # The loop makes short-lived objects by the million and almost no reference cycles: the
         # cyclic collector ran every 700 allocations and scanned the startup heap (~15% of the
         # loop). Freeze what exists now and collect far less often; cycles are still collected.
@@ -117,12 +127,15 @@ class Runner:
         p = self.partitions
         self.consumer.subscribe([cfg.raw_topic], on_assign=p.on_assign, on_revoke=p.on_revoke, on_lost=p.on_lost)
         last_log = time.monotonic()
+        error: BaseException | None = None
         try:
             while not self.stop_requested:
                 # Return at the first record, not when max_batch are there (kafka/poll.py); while
                 # released changes wait for their acks, wake often so END follows them promptly.
                 wait_s = ACK_WAIT_S if self.emitter.queue else IDLE_WAIT_S
-                self._process(poll_batch(self.consumer, cfg.max_batch, wait_s))
+                with self.stop.interruptible("poll", POLL_GRACE_S):
+                    msgs = poll_batch(self.consumer, cfg.max_batch, wait_s)
+                self._process(msgs)
                 now = time.monotonic()
                 self.watch.update(bool(p.held), now)
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
@@ -140,22 +153,42 @@ class Runner:
                 if finish is not None and finish.reached():
                     if cfg.max_open_age_ms:  # the retention policy also applies to what this run read last
                         self._abandon_old_transactions()
-                    self.dispatcher.drain(timeout_s=60)
+                    with self.stop.interruptible("final drain", COMMIT_GRACE_S):
+                        self.dispatcher.drain(timeout_s=60)
                     p.checkpoint_all()
                     if self.delivery.commits_offsets_itself and not self._final_commit():
                         continue  # a rebalance is under way: decide again once it is over
                     log.info("run.available_now_done")
                     break
+        except Stopping as exc:  # a SIGTERM cut a long wait short (stop.py)
+            self._failed = True
+            log.warning("run.stopped", reason=str(exc))
+        except BaseException as exc:
+            self._failed = True
+            error = exc
+            raise
         finally:
             gc.set_threshold(*gc_thresholds)
             gc.unfreeze()
             self.summary.seconds = time.monotonic() - started
-            for sig, handler in previous.items():  # also drops the handlers' reference to this runner
-                signal.signal(sig, handler)
-            self.close()
+            try:
+                self.close()
+            except Exception as close_error:
+                if error is None:
+                    raise
+                # The loop's error propagates (a SystemError out of a rebalance callback would hide
+                # it from the exit codes); what closing hit is chained to it, where is_fenced looks.
+                log.warning("run.close_failed", error=repr(close_error), after=repr(error))
+                if error.__cause__ is None:
+                    error.__cause__ = close_error
+            finally:
+                self.stop.uninstall()  # also drops the handlers' reference to this runner
+                set_current(None)
         return self.summary
 
     def _request_stop(self, *_: object) -> None:
+        if not self.stop_requested:
+            log.info("run.stop_requested")
         self.stop_requested = True
 
     def _process(self, msgs) -> None:
@@ -180,7 +213,8 @@ class Runner:
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         try:
-            self.delivery.end_batch(self._low_watermarks, self.consumer)
+            with self.stop.interruptible("batch commit", COMMIT_GRACE_S):
+                self.delivery.end_batch(self._low_watermarks, self.consumer)
         except TransactionAborted as exc:  # the group moved on mid-batch: rewind, do not exit
             self.eos_recovery.recover(exc.args[0])
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
@@ -239,17 +273,51 @@ class Runner:
         )
 
     def close(self) -> None:
+        """Drain, checkpoint, leave the group, flush. After a stop every wait here is bounded by what
+        is left of CLOSE_BUDGET_S; a wait past it is cut short (stop.py) and the close goes on."""
         self.partitions.closing = True
+        # exactly_once: after a failed or interrupted batch the engines are past the last committed
+        # Kafka transaction, so the revoke must not commit their low watermarks, and the producer
+        # (maybe inside a transactional call that never returns) is not used again.
+        abandon = self._failed and not self.delivery.commits_offsets_itself
         try:
-            self.dispatcher.drain(timeout_s=30)
-            self.partitions.checkpoint_all()
+            if abandon:
+                self._abandon_held()
+                self.producer.poll(0)  # raises a fatal producer error (fenced: exit 5) that caused the failure
+            else:
+                with self._closing_step("close drain") as budget:
+                    self.dispatcher.drain(timeout_s=budget)
+                self.partitions.checkpoint_all()
         finally:
             self._finalise_summary()
             try:
-                self.consumer.close()  # revokes: commits each partition's low watermark
+                with self._closing_step("consumer close"):
+                    self.consumer.close()  # revokes: commits each held partition's low watermark
             finally:
-                self.producer.flush(30)
+                if not abandon:
+                    with self._closing_step("producer flush") as budget:
+                        self.producer.flush(budget)
                 self.store.close()
+
+    def _closing_step(self, what: str) -> _ClosingStep:
+        """A close step: bounded by the stop's remaining budget once a stop was requested."""
+        return _ClosingStep(self.stop, what)
+
+    def _abandon_held(self) -> None:
+        """Forget every held partition without a commit: the next owner starts from the last
+        committed batch's offsets (what a SIGKILL would leave)."""
+        held = sorted(self.partitions.held)
+        for p in held:
+            state = self.partitions.held.pop(p)
+            if p in self.partitions.to_resume:
+                self.partitions.to_resume.remove(p)
+            if state.engine is not None:
+                self.dispatcher.drop_partition(state.engine)
+            if state.phase is not Phase.REVOKING:
+                state.move(Phase.REVOKING)
+            state.move(Phase.CLOSED)
+        if held:
+            log.warning("run.partitions_abandoned", partitions=held, reason="exactly_once batch not committed")
 
     def _finalise_summary(self) -> None:
         s = self.summary
@@ -258,3 +326,25 @@ class Runner:
         s.add_engine_counts(self.partitions.engines())
         s.restores = self.partitions.restores
         s.lost_events = self.partitions.lost_events
+
+
+class _ClosingStep:
+    """`with` one close step: yields its time budget (30 s, or what is left of the stop's budget)
+    and swallows Stopping, so the remaining steps still run."""
+
+    def __init__(self, stop: StopSignal, what: str):
+        self.stop, self.what = stop, what
+        self.section: Any = None
+
+    def __enter__(self) -> float:
+        grace = self.stop.remaining(CLOSE_BUDGET_S, CLOSE_BUDGET_S)  # a stop during the step: this long
+        self.section = self.stop.interruptible(self.what, max(grace, 1.0))
+        self.section.__enter__()
+        return self.stop.remaining(CLOSE_BUDGET_S, 30.0)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        self.section.__exit__(kind, exc, tb)
+        if kind is Stopping:
+            log.warning("run.close_step_cut", step=self.what, reason=str(exc))
+            return True
+        return False
