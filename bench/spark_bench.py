@@ -7,6 +7,12 @@ then runs the job on a local[2] session with the given batch size (maxOffsetsPer
 trigger.
 
     .venv/bin/python -m bench.spark_bench --changes 1000000 --batch 250000 --trigger available-now
+
+The result also says where the time went: per batch the inspect, change-log and per-table MERGE
+seconds and Spark jobs (`writes`), per state table Delta's own MERGE metrics from its history
+(execution, scan and rewrite ms, files added and removed) and its file count (`merges`), and
+whether every record was read (`source_records` = Kafka log ends, `distinct_events`, the change
+log's rows).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_000):
+def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_000, counts: dict | None = None):
+    """n Kafka records; `counts` gets "redeliveries" (records that repeat an earlier one)."""
     from processor.testing.spark_synth import change_event, kafka_record
 
     rng = random.Random(seed)
@@ -31,6 +38,8 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
     scn = 1000
     for _i in range(n):
         if emitted and rng.random() < 0.02:
+            if counts is not None:
+                counts["redeliveries"] = counts.get("redeliveries", 0) + 1
             yield rng.choice(emitted[-1000:])  # a redelivery: the sink must drop it
             continue
         scn += 1
@@ -63,6 +72,8 @@ def bench_spark(
     tables: int = 10,
     master: str = "local[2]",
     native: bool = True,
+    merge_threads: int = 4,
+    conf: dict[str, str] | None = None,
 ) -> dict:
     """Native Kafka source -> from_avro -> dedup -> Delta change log + MERGE into current state.
 
@@ -74,13 +85,16 @@ def bench_spark(
     from processor.kafka.client_config import make_producer
     from processor.kafka.produce import produce_all
     from processor.spark.job import run_job, spark_session
-    from processor.spark.readback import row_counts
+    from processor.spark.readback import read_changelog, row_counts
 
     topic = f"bench-changes-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: partitions})
     t0 = time.monotonic()
-    produce_all(make_producer(bootstrap), topic, ((k, v, None) for k, v in synthetic_changes(n_changes, tables=tables)))
+    counts: dict[str, int] = {}
+    records = synthetic_changes(n_changes, tables=tables, counts=counts)
+    produce_all(make_producer(bootstrap), topic, ((k, v, None) for k, v in records))
     produce_s = time.monotonic() - t0
+    source_records = log_end_total(bootstrap, topic)
     work = tempfile.mkdtemp(prefix="txbuffer-spark-bench-")
     t1 = time.monotonic()
     # The benchmark is the launcher: it picks the master and parallelism, as spark-submit would.
@@ -90,6 +104,7 @@ def bench_spark(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "2g",
+        **(conf or {}),
     }
     spark = spark_session(app="txbuffer-bench", conf=conf)
     startup_s = time.monotonic() - t1
@@ -105,14 +120,20 @@ def bench_spark(
             max_offsets_per_trigger=max_offsets_per_trigger,
             timeout_s=None if trigger == "available-now" else 3600,
             until_rows=None if trigger == "available-now" else n_changes,
+            merge_threads=merge_threads,
         )
         rows = sum(row_counts(f"{work}/lake").values())
+        changelog_rows = read_changelog(f"{work}/lake", ["event_id"]).num_rows
+        merges = merge_history(spark, f"file://{work}/lake")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {
         "records": n_changes,
-        "input_rows": summary["input_rows"],
+        "source_records": source_records,  # the topic's log ends: what the producer landed
+        "distinct_events": n_changes - counts.get("redeliveries", 0),
+        "changelog_rows": changelog_rows,  # each distinct event once
+        "input_rows": summary["input_rows"],  # records the Kafka source read, redeliveries included
         "batches": summary["batches"],
         "batch_seconds": summary.get("batch_seconds"),
         "batch_durations_ms": summary.get("batch_durations"),  # addBatch = the Delta writes
@@ -125,12 +146,52 @@ def bench_spark(
         "tables": tables,
         "max_offsets_per_trigger": max_offsets_per_trigger,
         "trigger": trigger,
+        "merge_threads": merge_threads,
+        "conf": conf or {},
+        "writes": summary.get("writes"),
+        "merges": merges,
         "master": master,
         "kafka_path": "native" if summary["native"] else "python",
         "load_average": [round(x, 2) for x in os.getloadavg()],  # a shared machine skews every figure
     }
-    log.info("bench.spark", **result)
+    log.info("bench.spark", **{k: v for k, v in result.items() if k not in ("writes", "merges")})
     return result
+
+
+def log_end_total(bootstrap: str, topic: str) -> int:
+    """Records in the topic (sum of log end offsets; the topic is fresh, so its starts are 0)."""
+    from processor.spark.kafka_source import KafkaClient
+
+    client = KafkaClient(bootstrap)
+    try:
+        return sum(client.log_ends(client.partitions([topic])).values())
+    finally:
+        client.close()
+
+
+def merge_history(spark, lake: str) -> dict:
+    """Per state table: its file count and Delta's metrics of each MERGE (from DESCRIBE HISTORY)."""
+    from processor.spark.readback import local_path
+
+    keys = (
+        "executionTimeMs",
+        "scanTimeMs",
+        "rewriteTimeMs",
+        "numTargetFilesAdded",
+        "numTargetFilesRemoved",
+        "numTargetRowsUpdated",
+        "numTargetRowsInserted",
+        "numTargetRowsDeleted",
+        "numSourceRows",
+    )
+    out = {}
+    for d in sorted((local_path(lake) / "state").glob("*/_delta_log")):
+        uri = f"file://{d.parent}"
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").where("operation = 'MERGE'").orderBy("version")
+        merges = [{k: int(r["operationMetrics"].get(k, 0)) for k in keys} for r in history.collect()]
+        files = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").collect()[0]["numFiles"]
+        out[d.parent.name] = {"files": files, "merges": merges}
+    return out
 
 
 if __name__ == "__main__":
@@ -146,6 +207,8 @@ if __name__ == "__main__":
     p.add_argument("--tables", type=int, default=10)
     p.add_argument("--master", default="local[2]")
     p.add_argument("--python-source", action="store_true", help="the fallback Python Kafka source")
+    p.add_argument("--merge-threads", type=int, default=4, help="tables MERGEd at once (1: one after another)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark conf (repeatable)")
     a = p.parse_args()
     with EmbeddedKafka() as broker:
         out = bench_spark(
@@ -156,5 +219,7 @@ if __name__ == "__main__":
             tables=a.tables,
             master=a.master,
             native=not a.python_source,
+            merge_threads=a.merge_threads,
+            conf=dict(c.split("=", 1) for c in a.conf),
         )
         print(json.dumps(out))

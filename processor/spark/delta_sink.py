@@ -14,6 +14,12 @@ Exactly once. Spark replays a micro-batch with the same id and the same rows aft
 Duplicates from the processor (at-least-once delivery) are dropped before this by event_id within
 the commit-time watermark (processor.spark.job).
 
+Concurrency. The per-table MERGEs of a batch run from a thread pool (`merge_threads`), each in its
+own clone of the batch's session: the txnAppId/txnVersion confs are session-wide, so a session is
+never shared by two writes at once. The change-log append runs beside them on the batch's session
+(its txn pair is a writer option). Every table is its own Delta log, so the commits are
+independent; the batch ends only when every write has ended, and fails if any failed.
+
 Newest wins. Every current-state row keeps the (commit_scn, seq) of the change that wrote it, and
 MERGE applies a change only when it is newer. A delete removes the row and leaves its position in
 _deletes, so an older insert or update that arrives after the delete stays out; a truncate leaves a
@@ -23,7 +29,10 @@ table-wide tombstone. Tombstones older than the retention (commit time) are prun
 from __future__ import annotations
 
 import json
+import queue
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -98,6 +107,7 @@ class DeltaSinks:
         app_id: str,
         tombstone_retention_ms: int = 7 * 24 * 3600 * 1000,
         prune_every_batches: int = 50,
+        merge_threads: int = 4,
     ):
         self.output = output.rstrip("/")
         self.app_id = app_id
@@ -108,6 +118,10 @@ class DeltaSinks:
         self._tables: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._deletes_exist = False
         self._persisted: list[Any] = []
+        self.merge_threads = max(1, merge_threads)
+        self._sessions: tuple[Any, queue.SimpleQueue] | None = None  # (batch session, its clones)
+        self.last_timings: dict[str, Any] = {}
+        self.written: list[dict] = []  # per written batch (the last 100): where its time went, for the bench
 
     def __call__(self, df: Any, batch_id: int) -> None:
         # Every write below reads the batch: run the Kafka source, from_avro and the dedup state once.
@@ -118,18 +132,24 @@ class DeltaSinks:
             if not shape.rows:
                 return
             inspected = time.monotonic()
-            self.append_changelog(df, batch_id)
-            logged = time.monotonic()
-            tables = self.merge_state(df, shape, batch_id)
-            log.info(
-                "spark.batch.written",
-                batch=batch_id,
-                rows=shape.rows,
-                tables=tables,
-                inspect_s=round(inspected - started, 2),
-                changelog_s=round(logged - inspected, 2),
-                state_s=round(time.monotonic() - logged, 2),
-            )
+            if self.merge_threads == 1:
+                self.append_changelog(df, batch_id)
+                logged = time.monotonic()
+                tables = self.merge_state(df, shape, batch_id)
+            else:  # the change log is appended while the MERGEs run
+                tables = self.merge_state(df, shape, batch_id, beside=lambda: self.append_changelog(df, batch_id))
+                logged = inspected
+            timings = self.last_timings
+            written = {
+                "batch": batch_id,
+                "rows": shape.rows,
+                "inspect_s": round(inspected - started, 2),
+                "changelog_s": round(timings.pop("changelog_s", logged - inspected), 2),
+                "state_s": round(time.monotonic() - logged, 2),
+                **timings,
+            }
+            self.written = [*self.written[-99:], written]
+            log.info("spark.batch.written", tables=tables, **written)
         finally:
             df.unpersist()
 
@@ -147,27 +167,134 @@ class DeltaSinks:
         )
 
     # ---- current state ----------------------------------------------------------------------
-    def merge_state(self, df: Any, shape: BatchShape, batch_id: int) -> list[str]:
+    def merge_state(self, df: Any, shape: BatchShape, batch_id: int, beside: Any = None) -> list[str]:
+        """MERGE every table of the batch (`merge_threads` at a time), then append its tombstones.
+        `beside`, when given, runs on this thread meanwhile (the change-log append)."""
         spark = df.sparkSession
         rows = df.where(F.col("table").isNotNull() & F.col("op").isin(*ROW_OPS, "t"))
         tables = sorted(set(shape.columns) | set(shape.truncates))
-        tombstones = []
+        timings: dict[str, Any] = {"merge_s": {}, "merge_jobs": {}}
+        views: list[str] = []
         try:
-            for table in tables:
-                truncate = shape.truncates.get(table)
-                tomb = self.merge_table(spark, rows, table, shape.columns.get(table, {}), truncate, batch_id)
-                if tomb is not None and (table in shape.with_deletes or truncate is not None):
-                    tombstones.append(tomb)
+            # The tombstones of the batch's tables, read once for all their MERGEs (cached).
+            known = self.read_tombstones(spark, tables) if self.has_deletes(spark) else None
+            if self.merge_threads == 1:
+                tombstones = [self._merge_one(spark, rows, known, t, shape, batch_id, timings) for t in tables]
+            else:
+                tombstones = self._merge_concurrently(
+                    spark, rows, known, tables, shape, batch_id, timings, views, beside
+                )
+            tombstones = [t for t in tombstones if t is not None]
             if tombstones:
+                started = time.monotonic()
                 self.record_tombstones(spark, reduce(lambda a, b: a.unionByName(b), tombstones), batch_id)
+                timings["tombstones_s"] = round(time.monotonic() - started, 2)
         finally:
             for cached in self._persisted:
                 cached.unpersist()
             self._persisted.clear()
+            for view in views:
+                spark.catalog.dropGlobalTempView(view)
         if shape.max_ts is not None and batch_id % self.prune_every == 0 and self.has_deletes(spark):
             cutoff = shape.max_ts - self.tombstone_retention_ms
             spark.sql(f"DELETE FROM delta.`{self.deletes}` WHERE {COMMIT_TS_MS} < {cutoff}")
+        self.last_timings = timings
         return tables
+
+    def _merge_one(
+        self, spark: Any, rows: Any, known: Any, table: str, shape: BatchShape, batch_id: int, timings: dict
+    ) -> Any | None:
+        """MERGE one table in `spark` (timed, its Spark jobs counted); its tombstones or None."""
+        sc = spark.sparkContext
+        tag = f"txbuffer-merge-{uuid.uuid4().hex[:12]}"
+        sc._jsc.sc().addJobTag(tag)
+        started = time.monotonic()
+        try:
+            truncate = shape.truncates.get(table)
+            tomb = self.merge_table(spark, rows, table, shape.columns.get(table, {}), truncate, batch_id, known)
+        finally:
+            timings["merge_s"][table] = round(time.monotonic() - started, 2)
+            timings["merge_jobs"][table] = len(sc._jsc.sc().statusTracker().getJobIdsForTag(tag))
+            sc._jsc.sc().removeJobTag(tag)
+        if tomb is not None and (table in shape.with_deletes or truncate is not None):
+            return tomb
+        return None
+
+    def _merge_concurrently(
+        self,
+        spark: Any,
+        rows: Any,
+        known: Any,
+        tables: list[str],
+        shape: BatchShape,
+        batch_id: int,
+        timings: dict,
+        views: list[str],
+        beside: Any,
+    ) -> list[Any]:
+        """One task per table on a pool of cloned sessions; the batch's rows reach them as a global
+        temporary view of the cached batch (the cache is shared by all sessions of the context)."""
+        sc = spark.sparkContext
+        # Jobs started from the pool's threads join the stream's job group, so stopping the query
+        # cancels them too.
+        inherited = {k: sc.getLocalProperty(k) for k in ("spark.jobGroup.id", "spark.job.interruptOnCancel")}
+        view, known_view = f"txbuffer_batch_{uuid.uuid4().hex}", f"txbuffer_known_{uuid.uuid4().hex}"
+        rows.createOrReplaceGlobalTempView(view)
+        views.append(view)
+        if known is not None:
+            known.createOrReplaceGlobalTempView(known_view)
+            views.append(known_view)
+        sessions = self._clones(spark)
+        db = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
+
+        def task(table: str) -> tuple[Any, str | None]:
+            for key, value in inherited.items():
+                if value is not None:
+                    sc.setLocalProperty(key, value)
+            session = sessions.get()
+            try:
+                mine = None if known is None else session.table(f"{db}.{known_view}")
+                tomb = self._merge_one(session, session.table(f"{db}.{view}"), mine, table, shape, batch_id, timings)
+                if tomb is None:
+                    return None, None
+                name = f"txbuffer_tomb_{uuid.uuid4().hex}"
+                tomb.createOrReplaceGlobalTempView(name)
+                return tomb, name
+            finally:
+                sessions.put(session)
+
+        with ThreadPoolExecutor(self.merge_threads, thread_name_prefix="txbuffer-merge") as pool:
+            futures = [pool.submit(task, t) for t in tables]
+            failure: BaseException | None = None
+            if beside is not None:
+                started = time.monotonic()
+                try:
+                    beside()
+                except BaseException as exc:  # still wait for the MERGEs: none may outlive the batch
+                    failure = exc
+                timings["changelog_s"] = time.monotonic() - started
+            results = []
+            for f in futures:  # every task ends before the batch does, also when one failed
+                try:
+                    results.append(f.result())
+                except BaseException as exc:
+                    failure = failure or exc
+        views.extend(name for _, name in results if name)
+        if failure is not None:
+            raise failure
+        return [spark.table(f"{db}.{name}") for _, name in results if name]
+
+    def _clones(self, spark: Any) -> queue.SimpleQueue:
+        """merge_threads clones of the batch's session (its confs, Delta's extension), made once
+        per session; a session is never used by two tasks at once."""
+        from pyspark.sql import SparkSession
+
+        if self._sessions is None or not self._sessions[0].equals(spark._jsparkSession):
+            clones: queue.SimpleQueue = queue.SimpleQueue()
+            for _ in range(self.merge_threads):
+                clones.put(SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession()))
+            self._sessions = (spark._jsparkSession, clones)
+        return self._sessions[1]
 
     @staticmethod
     def inspect(df: Any) -> BatchShape:
@@ -203,7 +330,14 @@ class DeltaSinks:
         return shape
 
     def merge_table(
-        self, spark: Any, rows: Any, table: str, seen: dict, truncate: tuple | None, batch_id: int
+        self,
+        spark: Any,
+        rows: Any,
+        table: str,
+        seen: dict,
+        truncate: tuple | None,
+        batch_id: int,
+        known: Any = None,
     ) -> Any | None:
         """MERGE one source table's newest changes; returns this batch's tombstones for it."""
         uri = state_uri(self.output, table)
@@ -250,7 +384,7 @@ class DeltaSinks:
         src = src.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1").drop("_rn")
         src = src.withColumn("_key", key_json_expr(pk))
         if self.has_deletes(spark):
-            src = self.drop_superseded(spark, src, table)
+            src = self.drop_superseded(spark, src, table, known)
         src = src.persist()  # read by the MERGE and again for the tombstones
         self._persisted.append(src)
         self.merge(spark, uri, src, pk, list(wanted), batch_id)
@@ -289,9 +423,17 @@ class DeltaSinks:
             self._deletes_exist = is_delta_table(spark, self.deletes)
         return self._deletes_exist
 
-    def drop_superseded(self, spark: Any, src: Any, table: str) -> Any:
+    def read_tombstones(self, spark: Any, tables: list[str]) -> Any:
+        """The tombstones of `tables` (their partitions of _deletes), cached until the batch ends."""
+        known = spark.read.format("delta").load(self.deletes).where(F.col("table").isin(*tables)).persist()
+        self._persisted.append(known)
+        return known
+
+    def drop_superseded(self, spark: Any, src: Any, table: str, known: Any = None) -> Any:
         """Drop changes at or before a delete of the same key, or a truncate of the table."""
-        tombs = spark.read.format("delta").load(self.deletes).where(F.col("table") == table)  # one partition
+        if known is None:
+            known = spark.read.format("delta").load(self.deletes)
+        tombs = known.where(F.col("table") == table)  # one partition
         tombs = tombs.select(F.col("key").alias("_tkey"), F.col(COMMIT_SCN).alias("_tscn"), F.col(SEQ).alias("_tseq"))
         at_or_after = (F.col("_tscn") > F.col(COMMIT_SCN)) | (
             (F.col("_tscn") == F.col(COMMIT_SCN)) & (F.col("_tseq") >= F.col(SEQ))

@@ -103,6 +103,7 @@ def run_job(
     dedup_horizon: str = "1 hour",
     kafka_options: dict[str, str] | None = None,
     until_rows: int | None = None,
+    merge_threads: int = 4,
 ) -> dict:
     """Run the query. available-now returns once everything present at start is committed.
 
@@ -110,7 +111,8 @@ def run_job(
     commit-time watermark (newest commit seen minus `dedup_horizon`) has not passed them; the dedup
     state holds only that window. Spark drops a change whose commit time is already behind the
     watermark; the job reports any such drop as an error (`numRowsDroppedByWatermark`).
-    `timeout_s` and `until_rows` (benchmarks) stop a processing-time run.
+    `timeout_s` and `until_rows` (benchmarks) stop a processing-time run. `merge_threads`: how many
+    current-state tables a batch MERGEs at once (processor.spark.delta_sink).
     """
     spark = spark or spark_session()
     require_delta(spark)
@@ -140,10 +142,9 @@ def run_job(
         .withWatermark("commit_ts", dedup_horizon)
         .dropDuplicatesWithinWatermark(["event_id"])
     )
+    sinks = DeltaSinks(output, app_id_for(checkpoint), merge_threads=merge_threads)
     writer = (
-        deduped.writeStream.queryName(f"txbuffer-{topic}")
-        .option("checkpointLocation", checkpoint)
-        .foreachBatch(DeltaSinks(output, app_id_for(checkpoint)))
+        deduped.writeStream.queryName(f"txbuffer-{topic}").option("checkpointLocation", checkpoint).foreachBatch(sinks)
     )
     if kind == "available-now" and native:
         writer = writer.trigger(availableNow=True)
@@ -189,8 +190,10 @@ def run_job(
         "batch_durations": batch_durations(progress),
         "seconds": round(time.monotonic() - started, 3),
         "ending_offsets": ending,
+        "merge_threads": merge_threads,
+        "writes": sinks.written,  # per batch: inspect, change log, MERGE seconds and Spark jobs per table
     }
     if summary["dropped_by_watermark"]:
         log.error("spark.rows_dropped_by_watermark", rows=summary["dropped_by_watermark"], horizon=dedup_horizon)
-    log.info("spark.query.finished", **summary)
+    log.info("spark.query.finished", **{k: v for k, v in summary.items() if k != "writes"})
     return summary
