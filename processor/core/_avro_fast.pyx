@@ -769,6 +769,7 @@ cdef Node RAW_ROOT = None
 cdef dict RAW_INDEX = {}          # field name -> position
 cdef tuple RAW_NAMES = ()
 cdef Py_ssize_t RAW_LAZY_SLOT[MAX_FIELDS]   # position -> slot in RawView._lazy_at, or -1
+cdef unsigned char EMIT_USES[MAX_FIELDS]     # position -> 1 if ChangeStream.next reads the field
 cdef object DECODE_ERROR = ValueError
 
 _RAW_FIELDS = ("xid", "op", "seq", "scn", "thread", "ts_ms", "undo", "row_id", "subxid", "savepoint",
@@ -777,6 +778,9 @@ _RAW_FIELDS = ("xid", "op", "seq", "scn", "thread", "ts_ms", "undo", "row_id", "
 # Decoded on first access only: the row images, the DDL text and LOB pieces can be large and the
 # buffering path rarely needs them. They are validated when the view is made all the same.
 _RAW_LAZY = ("lob_data", "key", "before", "after", "ddl")
+# The prefix fields a ChangeEvent is built from (the transaction's own fields come from its Txn);
+# emission skips the others (xid, user, client, ...) instead of making objects it drops.
+_EMIT_FIELDS = ("op", "seq", "scn", "ts_ms", "row_id", "table", "attrs")
 
 
 cdef class RawView:
@@ -978,6 +982,10 @@ cdef class RawCodec(Codec):
             RAW_LAZY_SLOT[i] = -1
         for slot, f in enumerate(_RAW_LAZY):
             RAW_LAZY_SLOT[index[f]] = slot
+        for i in range(MAX_FIELDS):
+            EMIT_USES[i] = 0
+        for f in _EMIT_FIELDS:
+            EMIT_USES[index[f]] = 1
         RAW_ROOT = root
         RAW_INDEX = index
         RAW_NAMES = root.names

@@ -66,7 +66,7 @@ cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):
     r.end = PyBytes_GET_SIZE(raw)
     try:
         for i in range(I_KEY):
-            if RAW_LAZY_SLOT[i] < 0:
+            if EMIT_USES[i]:
                 vals[i] = decode_node(<Node>root.children[i], &r)
             else:
                 skip_node(<Node>root.children[i], &r)
@@ -96,7 +96,8 @@ cdef class AckTracker:
     Entries [head, n) are sent and not all acknowledged; acknowledged prefixes are dropped, so
     memory follows the changes in flight, never the transaction's size."""
 
-    cdef object txn, engine
+    cdef object txn, engine, xid
+    cdef set dirty             # the engine's set of transactions to checkpoint (cursor_moved)
     cdef list errors
     cdef list tables
     cdef int64_t* seqs
@@ -110,6 +111,10 @@ cdef class AckTracker:
 
     def __init__(self, txn, engine, list errors not None):
         self.txn, self.engine, self.errors = txn, engine, errors
+        self.xid = txn.xid
+        # engine.cursor_moved(txn) is dirty.add(xid): done in C on every ack, not as a Python call.
+        dirty = getattr(engine, "_dirty", None)
+        self.dirty = dirty if type(dirty) is set else None
         self.tables = []
         self.first = txn.acked_count + 1
         self.n = self.head = 0
@@ -183,7 +188,10 @@ cdef class AckTracker:
             counts[t] = counts.get(t, 0) + 1
         txn.acked_seq = self.seqs[self.head - 1]
         txn.acked_count = self.first + self.head - 1
-        self.engine.cursor_moved(txn)
+        if self.dirty is not None:
+            self.dirty.add(self.xid)
+        else:
+            self.engine.cursor_moved(txn)
 
 
 @cython.freelist(4096)
