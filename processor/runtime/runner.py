@@ -98,6 +98,8 @@ class Runner:
         self.summary = RunSummary()
         self.stop_requested = False
         self.stop = StopSignal(self._request_stop)
+        self._poll_section = self.stop.interruptible("poll", POLL_GRACE_S)
+        self._commit_section = self.stop.interruptible("batch commit", COMMIT_GRACE_S)
         self._failed = False  # the loop ended by an exception: engines may be past the last commit
         self._last_commit = 0.0
 
@@ -133,7 +135,7 @@ class Runner:
                 # Return at the first record, not when max_batch are there (kafka/poll.py); while
                 # released changes wait for their acks, wake often so END follows them promptly.
                 wait_s = ACK_WAIT_S if self.emitter.queue else IDLE_WAIT_S
-                with self.stop.interruptible("poll", POLL_GRACE_S):
+                with self._poll_section:
                     msgs = poll_batch(self.consumer, cfg.max_batch, wait_s)
                 self._process(msgs)
                 now = time.monotonic()
@@ -213,7 +215,7 @@ class Runner:
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         try:
-            with self.stop.interruptible("batch commit", COMMIT_GRACE_S):
+            with self._commit_section:
                 self.delivery.end_batch(self._low_watermarks, self.consumer)
         except TransactionAborted as exc:  # the group moved on mid-batch: rewind, do not exit
             self.eos_recovery.recover(exc.args[0])

@@ -31,6 +31,7 @@ import structlog
 log = structlog.get_logger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_MAIN_THREAD = threading.main_thread().ident
 POLL_S = 0.1  # how often wait() looks at the flag
 
 
@@ -107,23 +108,26 @@ class StopSignal:
             self.requested, self.requested_at = True, time.monotonic()
             self.on_request()
 
-    @contextmanager
-    def interruptible(self, what: str, grace_s: float = 0.0) -> Iterator[None]:
+    def interruptible(self, what: str, grace_s: float = 0.0) -> Section:
         """A wait that a stop cuts short (after grace_s); a no-op off the main thread."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        if self.requested and grace_s <= 0:
-            raise Stopping(f"stop requested before {what}")
+        return Section(self, what, grace_s)
+
+    def _enter(self, what: str, grace_s: float) -> bool:
+        if threading.get_ident() != _MAIN_THREAD:
+            return False
+        if self.requested:
+            if grace_s <= 0:
+                raise Stopping(f"stop requested before {what}")
+            self._sections.append((what, grace_s))
+            self._arm(what, grace_s)  # requested earlier: the grace runs from now
+            return True
         self._sections.append((what, grace_s))
-        try:
-            if self.requested:  # requested earlier: the grace runs from now
-                self._arm(what, grace_s)
-            yield
-        finally:
-            self._sections.pop()
-            if not self._sections:
-                self._disarm()
+        return True
+
+    def _exit(self) -> None:
+        self._sections.pop()
+        if not self._sections and self._timer is not None:
+            self._disarm()
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; True (early) when a stop is requested."""
@@ -140,6 +144,24 @@ class StopSignal:
         if self.requested_at is None:
             return default_s
         return max(0.0, min(default_s, budget_s - (time.monotonic() - self.requested_at)))
+
+
+class Section:
+    """`with` an interruptible wait (StopSignal.interruptible); reusable, cheap on the loop's path."""
+
+    __slots__ = ("entered", "grace_s", "stop", "what")
+
+    def __init__(self, stop: StopSignal, what: str, grace_s: float):
+        self.stop, self.what, self.grace_s = stop, what, grace_s
+        self.entered = False
+
+    def __enter__(self) -> None:
+        self.entered = self.stop._enter(self.what, self.grace_s)
+
+    def __exit__(self, *_: object) -> None:
+        if self.entered:
+            self.entered = False
+            self.stop._exit()
 
 
 _current: StopSignal | None = None

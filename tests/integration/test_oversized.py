@@ -279,7 +279,10 @@ def _lossy_source(kafka: EmbeddedKafka, topics: dict[str, str], policy: str) -> 
         ev.raw_event("t4", ev.INSERT, 1, 13, key={"ID": 6}, after={"ID": 6}, **row),
         ev.raw_event("t4", ev.COMMIT, 2, 14, attrs={"note": "z" * 200_000}),
     ]:
-        writer.write(e)
+        if e["xid"] == "t3":  # as the PostgreSQL capture writes: encoded bytes, no dict
+            writer.write_encoded(e["xid"], ev.encode_raw(e))
+        else:
+            writer.write(e)
     writer.heartbeat(20)
     writer.flush()
     return writer
