@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     limit_malloc_arenas()
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # `run --workers` starts copies of it
     configure_logging(args.log_format, args.log_level)
     return int(args.func(args) or 0)
 

@@ -22,6 +22,12 @@ def add_config_flags(p) -> None:
 def register(sub) -> None:
     p = sub.add_parser("run", help="run the processor (buffer until COMMIT, emit in order)")
     add_config_flags(p)
+    p.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="processes in the consumer group on this machine, one core each (processor/cli/workers.py)",
+    )
     p.set_defaults(func=run)
 
 
@@ -30,6 +36,10 @@ def run(args) -> int:
     from processor.runtime.runner import Runner
 
     cfg = config_from_args(args)
+    if args.workers > 1:
+        from processor.cli.workers import supervise
+
+        return supervise(args.argv, cfg, args.workers)
     log.info("run.config", kafka=cfg.kafka_client().redacted(), group=cfg.group, guarantee=cfg.guarantee)
     metrics = None
     if cfg.metrics_port:
@@ -41,3 +51,10 @@ def run(args) -> int:
     summary = Runner(cfg, metrics=metrics).run()
     log.info("run.done", **{k: v for k, v in summary.__dict__.items()}, events_per_s=round(summary.events_per_s))
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value

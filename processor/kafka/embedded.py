@@ -177,7 +177,7 @@ class EmbeddedKafka:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent(),
+                    preexec_fn=die_with_parent(),
                 )
             _running.add(self)
             self._wait_ready(timeout_s)
@@ -336,7 +336,7 @@ class EmbeddedKafka:
         return "\n".join(parts)
 
 
-def _die_with_parent():
+def die_with_parent():
     """A preexec_fn that asks Linux to SIGTERM the JVM when its parent dies, even by SIGKILL (the
     atexit hook below covers only normal exits). The kernel ties this to the thread that forks,
     so it is set only from the main thread: a broker started from a worker thread would

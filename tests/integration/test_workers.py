@@ -1,0 +1,58 @@
+"""`txbuffer run --workers N` on Apache Kafka: N members of one group, each with its own state dir."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from processor.testing.verify import verify
+
+from .processor_kit import Topics, config, run_args, write_workload
+from .test_processor import assert_exact
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_workers_share_the_partitions_and_emit_exactly(broker, tmp_path):
+    topics = Topics.fresh()
+    expected = tmp_path / "expected"
+    write_workload(broker.bootstrap, topics.raw, expected, events=20_000, seed=3)
+    cfg = config(broker.bootstrap, topics, tmp_path / "state")
+    done = subprocess.run(
+        [*run_args(cfg), "--available-now", "--workers", "2"], capture_output=True, timeout=300, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["worker-0", "worker-1"]
+    finished = [line for line in done.stderr.splitlines() if '"run.available_now_done"' in line]
+    assert len(finished) == 2  # both members ran to the end offsets
+    report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
+    assert_exact(report)
+    assert report.duplicates_before_dedup == 0
+
+
+def test_a_worker_that_dies_stops_the_others_and_its_code_is_the_exit_code(broker, tmp_path):
+    topics = Topics.fresh()
+    write_workload(broker.bootstrap, topics.raw, tmp_path / "expected", events=2_000, seed=4)
+    cfg = config(broker.bootstrap, topics, tmp_path / "state")
+    supervisor = subprocess.Popen(
+        [*run_args(cfg), "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )  # no --available-now: the workers would run forever
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = psutil.Process(supervisor.pid).children()
+            time.sleep(0.2)
+        assert len(workers) == 2
+        time.sleep(3)
+        workers[0].send_signal(signal.SIGKILL)
+        rc = supervisor.wait(60)
+        assert rc == 128 + signal.SIGKILL
+        assert not workers[1].is_running() or workers[1].status() == psutil.STATUS_ZOMBIE
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
