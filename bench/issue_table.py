@@ -39,6 +39,11 @@ def ratios(med: dict) -> dict:
         "many_open_vs_steady": _r((med.get("many_open") or {}).get("events_per_s"), steady),
         "cold_vs_steady": _r((med.get("cold_rebuild") or {}).get("events_per_s"), steady),
     }
+    # CPU per event, ceiling ÷ processor: the same comparison in CPU cost, which the load of a shared
+    # machine moves far less than wall-clock rates (1.0 = as cheap per event as the passthrough).
+    ceil_cpu = (med.get("ceiling") or {}).get("cpu_us_per_event")
+    out["steady_vs_ceiling_cpu"] = _r(ceil_cpu, (med.get("steady") or {}).get("cpu_us_per_event"))
+    out["eos_vs_ceiling_cpu"] = _r(ceil_cpu, (med.get("steady_eos") or {}).get("cpu_us_per_event"))
     wk = med.get("workers") or {}
     out["workers_2_vs_1"] = wk.get("speedup_2_vs_1")
     out["workers_2_vs_ceiling"] = _r((wk.get("2") or {}).get("events_per_s"), ceil)

@@ -41,6 +41,7 @@ class RssSampler(threading.Thread):
         self.interval_s = interval_s
         self.peak = 0
         self.samples = 0
+        self.cpu: list[tuple[float, float]] = []  # (epoch s, CPU s of the process itself), every sample
         self._halt = threading.Event()
 
     def rss_now(self) -> int:
@@ -56,8 +57,25 @@ class RssSampler(threading.Thread):
                 pass
         return total
 
+    def cpu_now(self) -> None:
+        try:
+            t = self.proc.cpu_times()
+        except psutil.Error:
+            return
+        self.cpu.append((time.time(), t.user + t.system))
+
+    def cpu_between(self, start: float | None, end: float | None) -> float | None:
+        """CPU seconds the process used between two instants (epoch s), from the nearest samples:
+        a load-independent cost, where wall-clock rates on a shared machine are not."""
+        if start is None or end is None or len(self.cpu) < 2:
+            return None
+        before = [c for t, c in self.cpu if t <= start] or [self.cpu[0][1]]
+        after = [c for t, c in self.cpu if t >= end] or [self.cpu[-1][1]]
+        return after[0] - before[-1]
+
     def run(self) -> None:
         while not self._halt.is_set():
+            self.cpu_now()
             rss = self.rss_now()
             if rss:
                 self.peak = max(self.peak, rss)
@@ -77,6 +95,7 @@ class ProcResult:
     markers: dict = field(default_factory=dict)  # event -> [timestamps]
     summary: dict = field(default_factory=dict)
     log_tail: list = field(default_factory=list)
+    cpu_after_join_s: float | None = None  # CPU seconds from the last assignment to done
 
     def first(self, event: str) -> float | None:
         ts = self.markers.get(event)
@@ -196,7 +215,11 @@ class Proc:
                 break
             except ValueError:
                 continue
-        return ProcResult(rc, wall, self.rss.peak, dict(self.markers), summary, self.tail)
+        markers = dict(self.markers)
+        start = markers.get("partition.assigned", [None])[-1]
+        done = markers.get("run.available_now_done", [None])[0]
+        cpu = self.rss.cpu_between(start, done)
+        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu)
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):

@@ -72,6 +72,14 @@ TARGETS = {
 }
 
 
+def _cpu(res: m.ProcResult, events: int) -> dict:
+    """CPU seconds after the join and µs per event: what a run costs, whatever the machine's load
+    (wall-clock rates on a shared machine move with the neighbours). Unset under --profile."""
+    if res.cpu_after_join_s is None:
+        return {}
+    return {"cpu_s": res.cpu_after_join_s, "cpu_us_per_event": 1e6 * res.cpu_after_join_s / events}
+
+
 class Bench:
     def __init__(self, bootstrap: str, sizes: dict, workdir: Path, profile_dir: Path | None = None):
         self.bootstrap = bootstrap
@@ -210,6 +218,7 @@ class Bench:
             "events_per_s": w.events / t,
             "wall_s": res.wall_s,
             "peak_rss_mb": res.peak_rss / 2**20,
+            **_cpu(res, w.events),
         }
 
     def steady(self, run: int, profile: bool = False, guarantee: str | None = None) -> dict:
@@ -228,6 +237,7 @@ class Bench:
             "wall_events_per_s": w.events / res.wall_s,
             "peak_rss_mb": res.peak_rss / 2**20,
             "outputs_complete": ok,
+            **_cpu(res, w.events),
             "changes_emitted": res.summary.get("changes_emitted"),
             "expected_changes": w.committed_changes,
             "transactions": {  # what outputs_complete compares
