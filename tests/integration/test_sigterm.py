@@ -3,6 +3,8 @@ commits no input offset the outputs do not cover.
 
 - An index rebuild that an open Kafka transaction holds (read_committed waits up to 300 s): the
   processor exits at once, with no offset committed.
+- A broker that hangs (SIGSTOP) while changes wait for their acknowledgements: the close's drains
+  would each wait out their 30 s; they share a budget of 20 s from the signal, and nothing is lost.
 - A transactional call that never returns (librdkafka#5456: send_offsets_to_transaction ignores its
   timeout when the group coordinator went away): the processor exits within the commit grace plus
   the close budget instead of its 75 s deadline, and the group's committed offsets stay those of the
@@ -26,8 +28,10 @@ from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 from processor.core import events as ev
 from processor.kafka.admin import ensure_topics
 from processor.kafka.client_config import KafkaClientConfig
+from processor.kafka.embedded import EmbeddedKafka
 from processor.runtime import runner as runner_module
 from processor.runtime.runner import Runner
+from processor.testing.verify import verify
 
 from .processor_kit import Topics, config, start_processor, write_workload
 
@@ -82,6 +86,7 @@ def test_sigterm_during_an_index_rebuild_held_by_an_open_transaction_exits_at_on
             proc.kill()
             proc.wait(10)
         open_txn.abort_transaction(30)
+    print(f"\nindex rebuild: exit {code} {took:.1f}s after SIGTERM")
     assert code == 0, log_path.read_text()[-3000:]
     assert took < 10, f"{took:.1f}s after SIGTERM"  # before: the read waited out its 300 s
     stopped = wait_for_log(log_path, "run.stop_interrupts", 1, proc)
@@ -145,9 +150,65 @@ def test_sigterm_during_a_stuck_exactly_once_commit_exits_within_the_bound_commi
         killer.join(5)
     assert sent, "the commit never got stuck"
     took = returned - sent[0]
+    print(f"\nstuck commit: run() returned {took:.1f}s after SIGTERM")
     bound = runner_module.COMMIT_GRACE_S + runner_module.CLOSE_BUDGET_S
     assert took < bound, f"{took:.1f}s after SIGTERM (bound {bound}s; before: the 75 s deadline, then close)"
     events = [e["event"] for e in logs]
     assert "run.stopped" in events and "run.partitions_abandoned" in events, events[-20:]
     assert any(v >= 0 for v in before.values()), before  # three batches did commit offsets
     assert committed_offsets(broker.bootstrap, topics) == before
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory):
+    """A broker of its own: this test SIGSTOPs it."""
+    kafka = EmbeddedKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True)
+    kafka.start(timeout_s=180)
+    try:
+        yield kafka
+    finally:
+        if kafka.running():
+            kafka.resume()
+        kafka.stop()
+
+
+def test_sigterm_while_the_broker_hangs_bounds_the_closing_drains_and_loses_nothing(own_broker, tmp_path):
+    """at_least_once_dedup, mid-stream, the broker SIGSTOPped: released changes never get their
+    acks, so every drain of the close (the close's, the revoke's, the producer flush) would wait out
+    its 30 s. After SIGTERM the close takes at most its budget; the revoke commits nothing that is
+    not acknowledged, and a run after the outage finishes the work with nothing lost."""
+    broker = own_broker
+    topics = Topics.fresh()
+    expected = tmp_path / "expected"
+    write_workload(broker.bootstrap, topics.raw, expected, events=40_000, seed=13, open_txns=50)
+    cfg = config(broker.bootstrap, topics, tmp_path / "state")
+    log_path = tmp_path / "run.log"
+    proc = start_processor(cfg, log_path=log_path)
+    took = None
+    try:
+        wait_for_log(log_path, "partition.assigned", 120, proc)
+        time.sleep(2.0)  # outputs are flowing
+        broker.pause()
+        try:
+            time.sleep(1.0)  # produced records now wait for acknowledgements that do not come
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(90)
+            finally:
+                took = time.monotonic() - sent
+        finally:
+            broker.resume()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    print(f"\nhung broker: exit {code} {took:.1f}s after SIGTERM")
+    assert code == 0, log_path.read_text()[-3000:]
+    bound = runner_module.POLL_GRACE_S + runner_module.CLOSE_BUDGET_S + 5  # + librdkafka's own close
+    assert took < bound, f"{took:.1f}s after SIGTERM (bound {bound}s); before: 3 drains of 30 s"
+
+    final = start_processor(cfg, "--available-now", log_path=tmp_path / "final.log")
+    assert final.wait(300) == 0, (tmp_path / "final.log").read_text()[-3000:]
+    rep = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
+    assert rep.ok and rep.lost == 0, rep.summary()
