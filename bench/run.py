@@ -249,7 +249,7 @@ class Bench:
         }
 
     def steady_eos(self, run: int) -> dict:
-        return self.steady(run, guarantee="exactly_once")
+        return self.steady(run, profile=self.profile_dir is not None and run == 0, guarantee="exactly_once")
 
     def peers(self, run: int) -> dict:
         return compare.peers(self, run)

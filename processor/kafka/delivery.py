@@ -114,6 +114,7 @@ class ExactlyOnce:
 
     def __init__(self, producer, emitter, flush_timeout_s: float = 60.0, stuck_grace_s: float = 15.0) -> None:
         self.producer, self.emitter = producer, emitter
+        emitter.end_waits_for_acks = False  # END commits atomically with its changes
         self.flush_timeout_s = flush_timeout_s
         self.stuck_grace_s = stuck_grace_s  # past the call's own timeout: the call is stuck
         self.in_transaction = False
@@ -143,7 +144,8 @@ class ExactlyOnce:
         if not self.in_transaction:
             return
         try:
-            # flush -> changes acknowledged -> advance sends ENDs -> flush -> advance finishes them.
+            # ENDs went out with their changes (end_waits_for_acks is off): one flush acknowledges
+            # both and advance finishes them; a second round only for what the first one released.
             for _ in range(3):
                 remaining = self.producer.flush(self.flush_timeout_s)
                 if remaining:

@@ -60,6 +60,11 @@ class Emitter:
         self.changes_emitted = 0
         self.transactions_emitted = 0
         self.on_complete: Callable[[Emission], None] | None = None
+        # at_least_once: END is sent once every change is acknowledged, so an END on the topic means
+        # its changes are there. exactly_once: END is in the same Kafka transaction as its changes
+        # and becomes visible with them or not at all, so it goes out at once (one flush per batch,
+        # not two); the guarantee sets this (processor.kafka.delivery).
+        self.end_waits_for_acks = True
 
     def release(self, engine: PartitionEngine, txn: Txn) -> None:
         """Stream every change of a committed transaction to the sink, in seq order."""
@@ -116,10 +121,10 @@ class Emitter:
         """Send ENDs and finish acknowledged transactions, in release order. Returns how many finished."""
         if self.errors:
             raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
-        to_end = self._to_end
+        to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
         while to_end:
             em = to_end[0]
-            if not em.all_sent or em.acks.pending:
+            if not em.all_sent or (wait_for_acks and em.acks.pending):
                 break  # later ENDs wait, so END order follows commit order
             to_end.popleft()
             em.end_sent = True
@@ -129,7 +134,7 @@ class Emitter:
             )
         finished = 0
         queue = self.queue
-        while queue and queue[0].end_acked:
+        while queue and queue[0].end_acked and not queue[0].acks.pending:
             em = queue.popleft()
             em.engine.acknowledged(em.txn)
             self.transactions_emitted += 1

@@ -108,9 +108,8 @@ def test_batch_commits_outputs_and_low_watermark_in_one_transaction():
         "produce:BEGIN",
         "produce:change",
         "produce:change",
-        "flush",
-        "produce:END",
-        "flush",
+        "produce:END",  # in the same Kafka transaction as its changes: it need not wait for their acks
+        "flush",  # one round trip acknowledges the changes and END together
         "offsets:[(0, 3)]",
         "commit",
     ]
@@ -199,3 +198,33 @@ def test_fencing_is_recognised_also_behind_the_error_that_closing_raised_after_i
         assert is_fenced(exc)
     assert not is_fenced(KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION)))
     assert not is_fenced(RuntimeError("no Kafka error at all"))
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once_dedup", "exactly_once"])
+def test_end_waits_for_the_change_acks_only_under_at_least_once(guarantee):
+    producer = RecordingProducer()
+    sink = Sink(producer)
+    emitter = Emitter(sink)
+    for_guarantee(guarantee, producer, emitter)
+    engine = PartitionEngine(0, MemoryStore())
+    emitter.release(engine, committed_txn(engine))
+    if guarantee == "exactly_once":
+        assert sink.sent == ["BEGIN", "change", "change", "END"]
+    else:
+        assert sink.sent == ["BEGIN", "change", "change"]  # END only once both changes are acknowledged
+    begin_ack, *change_acks = producer.unacked[:3]
+    begin_ack(None)
+    change_acks[0](None)
+    emitter.advance()
+    if guarantee != "exactly_once":
+        assert sink.sent == ["BEGIN", "change", "change"]  # one change still unacknowledged
+    else:
+        producer.unacked[3](None)  # END acknowledged before the last change
+        emitter.advance()
+        assert emitter.queue and engine.pending  # not finished while a change is unacknowledged
+    change_acks[1](None)
+    emitter.advance()
+    assert sink.sent == ["BEGIN", "change", "change", "END"]
+    producer.flush()
+    emitter.advance()
+    assert not emitter.queue and not engine.pending
