@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLES ?= kafka spark connect
 
-.PHONY: venv setup jars jars-clean postgres lint test test-pending test-fast demo bench chaos fuzz clean
+.PHONY: venv setup jars jars-clean postgres lint test test-fast demo bench chaos fuzz clean
 
 venv: $(STAMP)
 
@@ -44,10 +44,6 @@ lint: venv
 # The two background groups' reports follow the integration report. Any group failing fails.
 test: setup
 	@PY=$(PY) bash tests/run_groups.sh
-
-## Tests of capabilities still being finished (see the `pending` marker in pyproject.toml).
-test-pending: setup
-	TXBUFFER_CODEC=compiled $(PY) -m pytest -q -rs -p no:cacheprovider -m pending tests
 
 ## Unit tests only (no broker): seconds.
 test-fast: venv

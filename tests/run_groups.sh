@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 export TXBUFFER_CODEC=compiled  # a failed codec build fails the suite instead of falling back
-pytest_args=(-q -rs -p no:cacheprovider -m 'not pending')
+pytest_args=(-q -rs -p no:cacheprovider)
 
 rm -f .unit-tests.log .e2e-tests.log
 "$PY" -m pytest "${pytest_args[@]}" tests/unit >.unit-tests.log 2>&1 &
