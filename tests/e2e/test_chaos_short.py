@@ -1,5 +1,5 @@
 """The kill campaign in miniature, on Apache Kafka: SIGKILLs of processors (one with a wiped state
-dir), a SIGKILL + restart of the broker on its data dir, in both guarantees; and a short rebalance
+dir) and a SIGKILL + restart of the broker on its data dir, in both guarantees; and a short rebalance
 storm. The long ones are `make chaos` (bench/chaos.py: 1M events, 20 kills, 3 instances, 2 broker
 kills, both guarantees, and a 20-round storm)."""
 
@@ -59,12 +59,12 @@ def test_kills_and_a_broker_restart_lose_nothing_at_least_once(tmp_path):
     assert f["final_exit_codes"] and all(code == 0 for code in f["final_exit_codes"].values()), report
 
 
-def test_kills_duplicate_nothing_exactly_once(tmp_path):
-    # No broker kill here: after a broker SIGKILL + restart, exactly_once instances were seen stuck
-    # in the completed-index rebuild for minutes (docs/reliability.md, known issues); `make chaos`
-    # runs that case.
-    f, report = _run(tmp_path, guarantee="exactly_once", events=20_000, broker_kills=0)
-    assert f["kills"] == 3 and f["wipes"] == 1, report
+def test_kills_and_a_broker_restart_duplicate_nothing_exactly_once(tmp_path):
+    # One broker kill: 43-47 s for this test with it, 45 s without (3 runs and 1). A transactional
+    # call that librdkafka does not return from after the broker's restart exits with code 3 at its
+    # 75 s deadline and is restarted (docs/reliability.md, known issues): a slower run, not a failure.
+    f, report = _run(tmp_path, guarantee="exactly_once", events=20_000, broker_kills=1)
+    assert f["kills"] == 3 and f["wipes"] == 1 and f["broker_kills"] == 1, report
     _assert_exact(f, report)
     assert f["duplicates_before_dedup"] == 0, report  # a read_committed consumer needs no dedup
 
