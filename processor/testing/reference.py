@@ -28,7 +28,7 @@ from typing import Any
 
 from fastavro.validation import ValidationError, validate
 
-from processor.core import events
+from processor.core import events, incomplete
 from processor.core.events import (
     BEGIN,
     COMMIT,
@@ -52,6 +52,7 @@ from processor.core.events import (
 COMMITTED = "committed"
 ROLLED_BACK = "rolled_back"
 FILTERED = "filtered"
+ABANDONED = "abandoned"  # never emitted: here, a transaction that lost an event at the source
 
 _ROW_FIELDS = ("table", "key")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
@@ -80,6 +81,7 @@ class OpenTransaction:
     buffer: dict[int, dict] = field(default_factory=dict)  # seq -> buffered change or fragment
     targets: dict[int, int] = field(default_factory=dict)  # fragment seq -> seq of the change it merges into
     savepoints: list[tuple[str, int]] = field(default_factory=list)
+    incomplete: bool = False  # a source wrote the txb.incomplete marker for an event it lost
 
 
 @dataclass
@@ -223,6 +225,8 @@ class ReferenceModel:
             self._change(partition, offset, txn, ev)
         elif op in FRAGMENT_OPS:
             self._fragment(partition, offset, txn, ev)
+        elif op == SAVEPOINT and ev["savepoint"] == incomplete.MARK:
+            txn.incomplete = True
         elif op == SAVEPOINT:
             txn.savepoints.append((ev["savepoint"], ev["seq"]))
         elif op == ROLLBACK_TO_SAVEPOINT:
@@ -315,6 +319,10 @@ class ReferenceModel:
     def _commit(self, partition: int, offset: int, txn: OpenTransaction, commit: dict) -> None:
         if txn.filtered or self._identity_excluded(txn, final=True):
             self._finish(partition, txn.xid, FILTERED)
+            return
+        if txn.incomplete:  # dead-lettered whole at its COMMIT, never emitted (docs/contracts.md)
+            self.dlq.append((partition, offset, f"incomplete: transaction {txn.xid} lost an event at the source"))
+            self._finish(partition, txn.xid, ABANDONED)
             return
         changes = []
         per_table: dict[str, int] = {}

@@ -585,3 +585,33 @@ def test_encoded_records_are_decoded_and_a_dict_may_omit_defaulted_fields():
 def test_a_malformed_late_event_is_dead_lettered_not_counted_late():
     m = run(ins("x", 1, 1), ev("x", "COMMIT", 2), ev("x", "SAVEPOINT", 3))
     assert [d[:2] for d in m.dlq] == [(0, 2)] and m.late_events.get(0, 0) == 0
+
+
+def test_a_transaction_with_the_incomplete_marker_is_dead_lettered_whole_like_the_engine_does():
+    from processor.core import incomplete
+    from processor.core.actions import Committed, DeadLetter, Finished
+    from processor.core.engine import PartitionEngine
+    from processor.store.memory import MemoryStore
+
+    lost = ins("a", 2, 2)
+    evs = [
+        ins("a", 1, 1),
+        incomplete.marker(lost, "too large for the raw topic", 2_000_000),
+        ins("a", 3, 3),
+        ev("a", events.COMMIT, 4),
+        ins("b", 1, 4),
+        incomplete.marker(ins("b", 2, 5), "too large", 2_000_000),
+        ev("b", events.ROLLBACK, 3),  # nothing was lost: it ends as usual
+        ins("c", 1, 6),
+        ev("c", events.COMMIT, 2),
+    ]
+    model = run(*evs)
+    assert seqs(model) == [("c", [1])]
+    assert model.outcomes(0) == {"a": "abandoned", "b": ROLLED_BACK, "c": COMMITTED}
+    assert [(o, r.split(":")[0]) for _, o, r in model.dlq] == [(3, "incomplete")]
+
+    engine = PartitionEngine(0, MemoryStore())
+    actions = [a for i, e in enumerate(evs) for a in engine.apply(i, e["xid"].encode(), events.encode_raw(e))]
+    assert [a.txn.xid for a in actions if isinstance(a, Committed)] == ["c"]
+    assert {a.xid: a.outcome for a in actions if isinstance(a, Finished)} == {"a": "abandoned", "b": ROLLED_BACK}
+    assert [(a.offset, a.reason.split(":")[0]) for a in actions if isinstance(a, DeadLetter)] == [(3, "incomplete")]
