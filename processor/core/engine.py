@@ -358,6 +358,7 @@ class PartitionEngine:
         dropped = txn.events
         self._drop_all(txn)
         self.stats.abandoned += 1
+        self.stats.incomplete += 1
         dead = self._dead(
             offset,
             txn.xid.encode(),

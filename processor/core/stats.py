@@ -18,3 +18,4 @@ class Stats:
     undone: int = 0
     dead_letters: int = 0
     abandoned: int = 0
+    incomplete: int = 0  # of the abandoned: dead-lettered whole, a source lost one of their events

@@ -32,7 +32,11 @@ STAT_COUNTERS = {
     "restarts": ("transaction_restarts", "transactions restarted by a repeated BEGIN"),
     "undone": ("changes_undone", "changes undone by partial rollback"),
     "dead_letters": ("dead_letters", "records written to the DLQ"),
-    "abandoned": ("transactions_abandoned", "open transactions abandoned by the retention policy"),
+    "abandoned": (
+        "transactions_abandoned",
+        "transactions never emitted: abandoned by the retention policy, or incomplete at the source",
+    ),
+    "incomplete": ("transactions_incomplete", "transactions dead-lettered whole: a source lost one of their events"),
 }
 
 # Snapshot partition field -> (gauge name, help).

@@ -615,3 +615,4 @@ def test_a_transaction_with_the_incomplete_marker_is_dead_lettered_whole_like_th
     assert [a.txn.xid for a in actions if isinstance(a, Committed)] == ["c"]
     assert {a.xid: a.outcome for a in actions if isinstance(a, Finished)} == {"a": "abandoned", "b": ROLLED_BACK}
     assert [(a.offset, a.reason.split(":")[0]) for a in actions if isinstance(a, DeadLetter)] == [(3, "incomplete")]
+    assert (engine.stats.abandoned, engine.stats.incomplete) == (1, 1)  # txbuffer_transactions_incomplete_total
