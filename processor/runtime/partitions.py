@@ -253,7 +253,11 @@ class Partitions:
             self.dispatcher.drop_partition(state.engine)
             state.move(Phase.CLOSED)
             log.info("partition.revoked", partition=p, low_watermark=offsets[-1].offset)
-        if offsets and self.offsets.outputs_durable():
+        if offsets and not self.delivery.commits_offsets_itself:
+            # exactly_once: input offsets are committed inside the batches' Kafka transactions only
+            # (delivery.py); the last committed batch already holds these.
+            pass
+        elif offsets and self.offsets.outputs_durable():
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
             except Exception as exc:  # the group may already have moved on; the store still has it
