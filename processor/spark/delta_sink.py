@@ -257,6 +257,10 @@ class DeltaSinks:
                 tomb = self._merge_one(session, session.table(f"{db}.{view}"), mine, table, shape, batch_id, timings)
                 if tomb is None:
                     return None, None
+                # Computed here, where the persisted MERGE source is this session's: read through a
+                # view from the batch's session, the plan would not match that cache and would
+                # redo the source (window and anti-join) for every table.
+                tomb = tomb.localCheckpoint()
                 name = f"txbuffer_tomb_{uuid.uuid4().hex}"
                 tomb.createOrReplaceGlobalTempView(name)
                 return tomb, name
