@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from processor.core import codec
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
-from processor.kafka.delivery import TransactionAborted, for_guarantee
+from processor.kafka.delivery import TransactionAborted, for_guarantee, is_fenced
 from processor.kafka.poll import poll_batch
 from processor.kafka.sink import KafkaSink
 from processor.runtime.available_now import AvailableNow
@@ -40,6 +40,7 @@ from processor.store.rocks import RocksStore
 
 log = structlog.get_logger(__name__)
 
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 IDLE_WAIT_S = 0.1  # longest wait for input when nothing is in flight
 ACK_WAIT_S = 0.002  # the same while emitted changes wait for acknowledgements
 # SIGTERM bounds (stop.py): a poll (its rebalance callbacks: restore retries, revoke drains) and a
@@ -66,7 +67,8 @@ class Runner:
         if cfg.guarantee == "exactly_once":
             producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
         producer_conf.update(producer_size_limit(client, outputs))  # an oversized output fails alone
-        self.producer = client.producer(**producer_conf)
+        self.producer_fatal: KafkaError | None = None
+        self.producer = client.producer(**producer_conf, error_cb=self._producer_error)
         max_record = int(client.producer_conf(**producer_conf).get("message.max.bytes", 1_000_000))  # chunk size
         self.sink = KafkaSink(
             self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic, cfg.oversized, max_record
@@ -186,7 +188,22 @@ class Runner:
             finally:
                 self.stop.uninstall()  # also drops the handlers' reference to this runner
                 set_current(None)
+            fatal = self.producer_fatal
+            if error is not None and fatal is not None and not is_fenced(error):
+                # The producer's fatal error is why the loop failed, whatever surfaced first (a
+                # flush can fail with a bare SystemError once a newer instance fenced this one):
+                # name it, so the exit code says fenced (5).
+                raise KafkaException(fatal) from error
         return self.summary
+
+    def _producer_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback (served by poll and flush). A fatal error ends the producer:
+        kept, and raised as the cause if the loop fails; the others are logged and retried."""
+        if err.fatal() and self.producer_fatal is None:
+            self.producer_fatal = err
+            log.error("producer.fatal", error=str(err), fenced=err.code() in _FENCED_CODES)
+        elif not err.fatal():
+            log.warning("producer.error", error=str(err))
 
     def _request_stop(self, *_: object) -> None:
         if not self.stop_requested:
