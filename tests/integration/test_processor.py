@@ -16,6 +16,7 @@ from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.end_offsets import end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.runner import Runner
+from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import read_topic, verify
 
 from .processor_kit import Topics, config, read_with_headers, start_processor, write_workload
@@ -71,19 +72,37 @@ def test_restart_on_same_state_dir_resumes_without_reemitting(broker, tmp_path):
     assert report.duplicates_before_dedup == 0
 
 
+def _write(writer: RawTopicWriter, events, n: int | None) -> None:
+    """The next n events of a workload iterator (all of them: None) onto the raw topic."""
+    for i, event in enumerate(events):
+        if event["op"] == ev.HEARTBEAT:
+            writer.heartbeat(event["scn"], ts_ms=event["ts_ms"])
+        else:
+            writer.write(event)
+        if n is not None and i + 1 >= n:
+            break
+    writer.flush()
+
+
 def test_restart_on_empty_state_dir_rebuilds_from_low_watermark(broker, tmp_path):
     """Half the workload, lose the disk, then the rest: the rebuild re-reads from the committed low
     watermark and skips what END records prove was emitted; no change is lost or altered."""
     topics = Topics.fresh()
     expected = tmp_path / "expected"
     # Many open transactions keep the low watermark far behind the head when the disk is lost.
-    write_workload(broker.bootstrap, topics.raw, expected, events=20_000, seed=5, open_txns=300)
+    events = iter(WorkloadGenerator(20_000, seed=5, expected_dir=expected, open_txns=300))
+    writer = RawTopicWriter(broker.bootstrap, topics.raw, 4)
+    _write(writer, events, 10_000)
     state = tmp_path / "state"
     cfg = config(broker.bootstrap, topics, state, available_now=True)
+    first_half = sum(end_offsets(broker.bootstrap, topics.raw).values())
     Runner(cfg).run()
     shutil.rmtree(state)
+    _write(writer, events, None)  # the rest: what the first half left open commits or rolls back now
+    second_half = sum(end_offsets(broker.bootstrap, topics.raw).values()) - first_half
     rebuilt = Runner(cfg).run()
     assert set(rebuilt.restores.values()) == {"rebuild-empty"}
+    assert rebuilt.events > second_half  # re-read from the low watermark, below the first half's end
     report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
     assert_exact(report)
 
