@@ -81,6 +81,15 @@ def is_delta_table(spark: Any, uri: str) -> bool:
     return bool(spark._jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, uri))
 
 
+def release(df: Any) -> None:
+    """Free what persist() or localCheckpoint() holds for `df`: the checkpoint's blocks stay until
+    the JVM's garbage collector reaches the RDD otherwise, for a stream many batches later."""
+    df.unpersist()
+    logical = df._jdf.queryExecution().logical()
+    if logical.nodeName() == "LogicalRDD":
+        logical.rdd().unpersist(False)
+
+
 def _newer(s: str, t: str) -> str:
     return f"({s}.{COMMIT_SCN} > {t}.{COMMIT_SCN} OR ({s}.{COMMIT_SCN} = {t}.{COMMIT_SCN} AND {s}.{SEQ} > {t}.{SEQ}))"
 
@@ -125,7 +134,11 @@ class DeltaSinks:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         # Every write below reads the batch: run the Kafka source, from_avro and the dedup state once.
-        df = df.persist()
+        # Concurrent writes get it as a local checkpoint, a plan of its own rows: every query over a
+        # plan analyzes that plan's expression objects again, and some of them are not safe from
+        # two threads at once. from_avro's options are a CreateMap whose map builder is a field;
+        # two MERGEs checking it together failed with DUPLICATED_MAP_KEY 'mode' (CI, stop 21).
+        df = df.localCheckpoint() if self.merge_threads > 1 else df.persist()
         try:
             started = time.monotonic()
             shape = self.inspect(df)  # the batch's one action before the writes; it fills the cache
@@ -151,7 +164,7 @@ class DeltaSinks:
             self.written = [*self.written[-99:], written]
             log.info("spark.batch.written", tables=tables, **written)
         finally:
-            df.unpersist()
+            release(df)
 
     # ---- change log -------------------------------------------------------------------------
     def append_changelog(self, df: Any, batch_id: int) -> None:
@@ -191,7 +204,7 @@ class DeltaSinks:
                 timings["tombstones_s"] = round(time.monotonic() - started, 2)
         finally:
             for cached in self._persisted:
-                cached.unpersist()
+                release(cached)
             self._persisted.clear()
             for view in views:
                 spark.catalog.dropGlobalTempView(view)
@@ -261,6 +274,7 @@ class DeltaSinks:
                 # view from the batch's session, the plan would not match that cache and would
                 # redo the source (window and anti-join) for every table.
                 tomb = tomb.localCheckpoint()
+                self._persisted.append(tomb)
                 name = f"txbuffer_tomb_{uuid.uuid4().hex}"
                 tomb.createOrReplaceGlobalTempView(name)
                 return tomb, name

@@ -263,12 +263,30 @@ def test_concurrent_merges_keep_newest_wins_tombstones_and_exactly_once(spark, t
         paths = {"changelog": out / "changelog", "_deletes": out / "_deletes", **state_tables(out)}
         return {name: DeltaTable(str(p)).version() for name, p in paths.items()}
 
+    class Sinks(DeltaSinks):
+        """Keeps the plan the MERGEs read."""
+
+        def merge_state(self, df, *args, **kwargs):
+            self.read_plans.append(df._jdf.queryExecution().logical().nodeName())
+            return super().merge_state(df, *args, **kwargs)
+
+    def held() -> list[str]:  # persisted RDDs, less Delta's own snapshot caches ("Delta Table State #v")
+        rdds = spark.sparkContext._jsc.getPersistentRDDs().values()
+        return sorted(str(r) for r in rdds if not (r.name() or "").startswith("Delta Table State"))
+
+    held_before = held()
     lakes = {}
     for threads in (1, 4):
         out = tmp_path / f"lake-{threads}"
-        sinks = DeltaSinks(out.as_uri(), "concurrent-test", merge_threads=threads)
+        sinks = Sinks(out.as_uri(), "concurrent-test", merge_threads=threads)
+        sinks.read_plans = []
         for batch_id, batch in enumerate(batches):
             sinks(frame(batch), batch_id)
+            assert held() == held_before  # the batch's cache and checkpoints are freed
+        if threads > 1:
+            # Concurrent MERGEs share no expression object of the batch's plan (from_avro's
+            # options map is not thread-safe): they read a checkpoint of its rows.
+            assert sinks.read_plans == ["LogicalRDD"] * len(batches)
         assert set(sinks.written[-1]["merge_s"]) == {f"c{t}.{n}" for t in range(3) for n in ("orders", "items")}
         before = versions(out)
         DeltaSinks(out.as_uri(), "concurrent-test", merge_threads=threads)(frame(batches[0]), 0)  # a replay
