@@ -16,7 +16,8 @@ rebalance then revokes or assigns as usual. A fenced or fatal producer still sto
 A group that keeps moving (a member crash-looping) would make this spin: abort, rebuild, abort. So
 recoveries with no committed batch between them back off exponentially before the restore (0.5 s,
 1 s, 2 s, ... up to 10 s: below max.poll.interval.ms, and the heartbeat thread keeps the membership),
-logged as exactly_once.recovery_backoff; the first one after a committed batch waits nothing. A
+logged as exactly_once.recovery_backoff and counted in txbuffer_eos_recovery_backoff_seconds_total
+(txbuffer_eos_recoveries_in_a_row says how deep); the first one after a committed batch waits nothing. A
 stop request ends the wait, and the restore is then skipped (nothing is held, nothing committed).
 """
 
@@ -90,6 +91,8 @@ class EosRecovery:
         self.in_a_row = 1 if batches != self._batches_seen else self.in_a_row + 1
         self._batches_seen = batches
         delay = backoff_s(self.in_a_row)
+        if self.metrics is not None:
+            self.metrics.eos_backoff(self.in_a_row, delay)
         current = stop.current()
         if delay:
             log.warning(

@@ -115,6 +115,16 @@ class Metrics:
             ["error"],
             registry=r,
         )
+        self.eos_backoff_seconds = Counter(
+            f"{NS}_eos_recovery_backoff_seconds",
+            "exactly_once: seconds waited before restores that followed another recovery with no committed batch",
+            registry=r,
+        )
+        self.eos_recoveries_in_a_row = Gauge(
+            f"{NS}_eos_recoveries_in_a_row",
+            "exactly_once: recoveries since the last committed batch (above 1: the group keeps moving)",
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._seen_stats: dict[str, dict[str, int]] = {}
         self._seen_emitted = {"changes_emitted": 0, "transactions_emitted": 0}
@@ -217,6 +227,12 @@ class Metrics:
     def eos_abort(self, error: str) -> None:
         """A rebalance aborted a batch's transaction (error: the Kafka error name); it was rewound."""
         self.eos_aborts.labels(error).inc()
+
+    def eos_backoff(self, in_a_row: int, seconds: float) -> None:
+        """A recovery is about to wait `seconds` (0 for the first in a row) before its restore."""
+        self.eos_recoveries_in_a_row.set(in_a_row)
+        if seconds:
+            self.eos_backoff_seconds.inc(seconds)
 
 
 def _delta(previous: int, current: int) -> int:

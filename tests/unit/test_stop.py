@@ -11,9 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry
 
 from processor.runtime import eos_recovery, stop
 from processor.runtime.eos_recovery import BACKOFF_MAX_S, EosRecovery, backoff_s
+from processor.runtime.metrics import Metrics
 from processor.runtime.stop import Stopping, StopSignal
 
 
@@ -130,14 +132,20 @@ def test_recoveries_with_no_committed_batch_between_them_back_off(monkeypatch):
     waits: list[float] = []
     monkeypatch.setattr(eos_recovery.time, "sleep", waits.append)
     parts = FakeParts()
-    rec = EosRecovery(parts, consumer=None, producer=SimpleNamespace(poll=lambda _t: 0))
+    metrics = Metrics(CollectorRegistry())
+    rec = EosRecovery(parts, consumer=None, producer=SimpleNamespace(poll=lambda _t: 0), metrics=metrics)
     error = KafkaError(KafkaError.ILLEGAL_GENERATION, "moved on")
     for _ in range(4):
         rec.recover(error)
     assert waits == [0.5, 1.0, 2.0] and rec.in_a_row == 4 and rec.backoff_total_s == 3.5
+    sample = metrics.registry.get_sample_value
+    assert sample("txbuffer_eos_recovery_backoff_seconds_total") == 3.5
+    assert sample("txbuffer_eos_recoveries_in_a_row") == 4
+    assert sample("txbuffer_eos_aborts_total", {"error": "ILLEGAL_GENERATION"}) == 4
     parts.delivery.committed_batches = 1  # a batch committed: the group settled
     rec.recover(error)
     assert waits == [0.5, 1.0, 2.0] and rec.in_a_row == 1
+    assert sample("txbuffer_eos_recoveries_in_a_row") == 1
     rec.recover(error)
     assert waits[-1] == 0.5
 
