@@ -158,8 +158,8 @@ class Comparison:
         self.got: dict[str, dict[str, str]] = {}
         self.ends: list[dict] = []
 
-    def raw(self, partition: int, offset: int, value: bytes | None) -> None:
-        self.model.feed(partition, offset, value if value is not None else b"")
+    def raw(self, partition: int, offset: int, value: bytes | None, key: bytes | None) -> None:
+        self.model.feed(partition, offset, value if value is not None else b"", key)
 
     def dead_letter(self, reason: str | None, partition: int, offset: int) -> None:
         self.report.dlq_records += 1
@@ -215,7 +215,7 @@ class Comparison:
 def check(bootstrap: str, topics: Topics, comparison: Comparison) -> None:
     """Feed the reference the raw topic as the broker stored it, then read the processor's outputs."""
     for msg in read_to_end(bootstrap, topics.raw, topics.group + "-ref", 600):
-        comparison.raw(msg.partition(), msg.offset(), msg.value())
+        comparison.raw(msg.partition(), msg.offset(), msg.value(), msg.key())
     for msg in read_to_end(bootstrap, topics.dlq, topics.group + "-dlq", 300):
         h = read_dlq_headers(msg.headers())
         try:
@@ -320,7 +320,7 @@ def fuzz_in_process(records: int, seed: int, bad_rate: float, poll_batch: int = 
         injected += mutant
         offset, engine = offsets[partition], engines[partition]
         offsets[partition] += 1
-        comparison.raw(partition, offset, value)
+        comparison.raw(partition, offset, value, key)
         for action in engine.apply(offset, key, value):
             if isinstance(action, Committed):
                 committed.append((engine, action.txn))

@@ -83,6 +83,9 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
             txn = open_txns.get(vals[I_XID])
             if txn is None or txn.filtered:
                 break
+            key = rec.key()
+            if key is not None and key != (<str>vals[I_XID]).encode():
+                break  # apply() dead-letters it (validation.misplaced)
             if not txn.identity_seen and (vals[I_USER] is not None or vals[I_CLIENT] is not None):
                 break
             row_id = vals[I_ROW_ID]

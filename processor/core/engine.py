@@ -19,7 +19,7 @@ from processor.core.filters import Filters
 from processor.core.stats import Stats
 from processor.core.store import Batch, Store
 from processor.core.txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK, Commit, Txn
-from processor.core.validation import validate
+from processor.core.validation import misplaced, validate
 
 __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", "Stats", "validate"]
 
@@ -85,7 +85,7 @@ class PartitionEngine:
             e = codec.decode_raw_view(value or b"")  # compiled: bytes validated, fields decoded on access
         except ev.DecodeError as exc:
             return self._dead(offset, key, value, str(exc))
-        problem = validate(e)
+        problem = validate(e) or misplaced(key, e["xid"])
         if problem:
             return self._dead(offset, key, value, problem)
         return self.apply_decoded(offset, key, value or b"", e, e.body_at)

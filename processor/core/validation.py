@@ -40,3 +40,13 @@ def validate(e: RawFields) -> str | None:
     elif op == ev.SUBTXN_ABORT and not e["subxid"]:
         return "SUBTXN_ABORT without subxid"
     return None
+
+
+def misplaced(key: bytes | None, xid: str) -> str | None:
+    """Why a record keyed by something other than its XID is unusable, or None. The key decides the
+    partition, so a transaction's records under other keys may sit in other partitions: each part
+    would be buffered and emitted on its own, with the same event_ids (thread:commit_scn:xid:seq).
+    A record without a key is the producer's choice of partition and is taken as it is."""
+    if key is None or not xid or key == xid.encode():
+        return None
+    return f"record key {key[:64]!r} is not its xid {xid[:64]!r}: the raw topic is keyed by XID"

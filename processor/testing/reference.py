@@ -8,6 +8,8 @@ the committed transactions, the DLQ decisions and the watermarks.
 Choices the contract leaves open (the engine should agree; change both or neither):
 - Record checks (undecodable, wrong type, negative seq or LOB position, empty xid, a field the op
   needs) run first, for every record, so a malformed late event is dead-lettered, not counted late.
+- A record whose Kafka key is given and is not its xid's UTF-8 is dead-lettered after those checks
+  (the key picks the partition, so its transaction may be elsewhere); a record without a key is not.
 - Empty strings and maps count as missing. An undo row needs only `row_id`. A fragment needs
   `row_id`, or `table` and `key`; LOB_ERASE also needs `lob_offset` and `lob_length`, LOB_TRIM
   `lob_length`.
@@ -192,11 +194,14 @@ class ReferenceModel:
             self.feed(partition, offset, event)
         return self
 
-    def feed(self, partition: int, offset: int, event: dict | bytes) -> None:
+    def feed(self, partition: int, offset: int, event: dict | bytes, key: bytes | None = None) -> None:
+        """One raw record; `key` is its Kafka key (None: not given, or the record has none)."""
         if offset < self.next_offset.get(partition, 0):
             raise ValueError(f"partition {partition}: offset {offset} fed after {self.next_offset[partition] - 1}")
         self.next_offset[partition] = offset + 1
         ev, reason = check_record(event)
+        if reason is None and key is not None and ev["xid"] and key != ev["xid"].encode():
+            reason = "misplaced: the record's key is not its xid"  # its partition is not its XID's
         if reason is not None:
             self.dlq.append((partition, offset, reason))
             return

@@ -80,13 +80,15 @@ FILTERS = [
     events=op_sequences(),
     filters=st.sampled_from(FILTERS),
     cuts=st.lists(st.integers(0, 80), max_size=4),
-    extras=st.lists(st.sampled_from(["dup", "garbage", "none", "other_table", "no_key", "user"]), max_size=6),
+    extras=st.lists(
+        st.sampled_from(["dup", "garbage", "none", "other_table", "no_key", "user", "misplaced"]), max_size=6
+    ),
     positions=st.lists(st.integers(0, 80), max_size=6),
 )
 def test_apply_records_equals_apply_record_by_record(events, filters, cuts, extras, positions):
     records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events)]
     # Records the lane must hand back: undecodable, empty, a key-less change, a first identity,
-    # another table, and re-deliveries of offsets already applied.
+    # another table, a change keyed by another XID, and re-deliveries of offsets already applied.
     for extra, at in zip(extras, positions):
         at = min(at, len(records))
         template = next((e for e in events[at:] if e["op"] in ev.ROW_OPS), None)
@@ -103,9 +105,13 @@ def test_apply_records_equals_apply_record_by_record(events, filters, cuts, extr
             value = ev.encode_raw({**template, "table": "s.u", "seq": template["seq"] + 1000})
         elif extra == "no_key":
             value = ev.encode_raw({**template, "key": {}, "seq": template["seq"] + 2000})
+        elif extra == "misplaced":
+            value = ev.encode_raw({**template, "seq": template["seq"] + 4000})
+            records.insert(at, Record(0, b"elsewhere", value))
+            continue
         else:
             value = ev.encode_raw({**template, "user": "batch", "seq": template["seq"] + 3000})
-        records.insert(at, Record(0, b"a", value))
+        records.insert(at, Record(0, template["xid"].encode() if template else b"a", value))
     # Offsets ascend, except the re-deliveries.
     renumbered, offset = [], 0
     for i, r in enumerate(records):
