@@ -9,14 +9,7 @@ from processor.core import keys
 from processor.core.engine import DeadLetter, Filters, Finished, PartitionEngine
 from processor.core.txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK
 
-from ..enginekit import R, dele, ins, make_store, new_run, upd
-
-
-@pytest.fixture(params=["memory", "rocksdb"])
-def store(request, tmp_path):
-    s = make_store(request.param, tmp_path)
-    yield s
-    s.close()
+from ..enginekit import R, dele, ins, new_run, upd
 
 
 def seqs(run, xid=None):

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from processor.core import events as ev
 from processor.core import incomplete, keys
 from processor.core.engine import DeadLetter, Finished, PartitionEngine
 from processor.core.txn import ABANDONED, ROLLED_BACK
 
-from ..enginekit import R, ins, make_store, new_run
-
-
-@pytest.fixture(params=["memory", "rocksdb"])
-def store(request, tmp_path):
-    s = make_store(request.param, tmp_path)
-    yield s
-    s.close()
+from ..enginekit import R, ins, new_run
 
 
 def lost(xid: str, seq: int, pk: int = 9) -> dict:
