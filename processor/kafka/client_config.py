@@ -29,6 +29,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": False,
+    # A partition whose local queue is over queued.min.messages or queued.max.messages.kbytes is not
+    # fetched again for this long. librdkafka's default, 1000 ms, stalled a partition read at full
+    # speed for ~0.8 s after every burst (the huge transaction buffered at 33k changes/s).
+    "fetch.queue.backoff.ms": 10,
 }
 
 # murmur2 so that Java producers (the Kafka default partitioner) and ours agree on XID -> partition.

@@ -89,10 +89,6 @@ class Runner:
                 "fetch.max.bytes": 8 << 20,
                 "queued.max.messages.kbytes": 16384,
                 "queued.min.messages": 20000,
-                # A partition whose local queue is over those bounds is not fetched again for this
-                # long. librdkafka's default, 1000 ms, stalled a partition read at full speed for
-                # ~0.8 s after every ~30k records (the huge transaction buffered at 33k changes/s).
-                "fetch.queue.backoff.ms": 10,
                 "on_commit": self.offsets.on_commit,
             },
         )
