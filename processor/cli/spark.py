@@ -6,6 +6,7 @@ $SPARK_CONF_DIR/spark-defaults.conf, MASTER, a --properties-file, and --conf fla
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -46,6 +47,12 @@ def register(sub) -> None:
         default="auto",
         help="Kafka path: native format('kafka') + from_avro when the jars are present (auto), or the Python source",
     )
+    p.add_argument(
+        "--merge-threads",
+        type=positive_int,
+        default=4,
+        help="current-state tables a micro-batch MERGEs at once (1: one after another; default 4)",
+    )
     p.add_argument("--master", default=None, help="Spark master URL; default: the launcher's (spark-submit, MASTER)")
     p.add_argument("--properties-file", default=None, help="Spark properties file (key value per line)")
     p.add_argument(
@@ -57,6 +64,13 @@ def register(sub) -> None:
         help="a generator's expected-output directory: verify the current-state tables against it",
     )
     p.set_defaults(func=run)
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
 
 
 def spark_conf(args) -> dict[str, str]:
@@ -102,6 +116,7 @@ def run(args) -> int:
             spark=spark,
             native=None if args.source == "auto" else args.source == "native",
             dedup_horizon=args.dedup_horizon,
+            merge_threads=args.merge_threads,
         )
     finally:
         spark.stop()
