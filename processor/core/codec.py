@@ -16,10 +16,8 @@ API (identical on both backends):
       op, seq, scn, ts_ms, table, row_id, attrs, raw, body_at, total_order, collection_order) -> bytes
   change_key(table, key) -> bytes                           events.change_key's bytes
   change_stream(writer, produced, tables) -> ChangeStream   one committed transaction's ChangeEvents
-  AckTracker(txn, engine, errors)                           its emit cursor, from acknowledgements
   buffer_changes(engine, records, i, open_txns, put) -> int the engine's fast lane (compiled only)
   partition_runs(records) -> ({partition: records}, errors)  a poll batch split by partition
-  DeliveryRoute(on_ack, on_failure, key, value)             a delivery callback without a Python frame
 
 A RawView is one RawEvent validated to its last byte: every field as an attribute or
 view["name"], `raw` (the record's bytes), `body_at` (where key/before/after/ddl start, the part
@@ -39,18 +37,15 @@ from typing import Any, Protocol
 import structlog
 
 from . import events as _ev
-from .codec_py import DeliveryRoute as PyDeliveryRoute
-from .codec_py import PyAckTracker, PyChangeStream, no_lane
+from .codec_py import PyChangeStream, no_lane
 from .codec_py import partition_runs as py_partition_runs
 from .events import DecodeError
 
 __all__ = [
     "BACKEND",
     "BACKEND_REASON",
-    "AckTracker",
     "ChangeEncoder",
     "ChangeWriter",
-    "DeliveryRoute",
     "DecodeError",
     "RawView",
     "announce",
@@ -306,10 +301,8 @@ BACKEND, BACKEND_REASON, _codecs = _choose()
 ChangeWriter: Callable[[str, int, int, int, str | None], ChangeEncoder]
 change_key: Callable[[str | None, dict[str, Any] | None], bytes]
 change_stream: Callable[[Any, int, dict[str, int]], Any]
-AckTracker: Callable[[Any, Any, list[str]], Any]
 buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
-DeliveryRoute: Callable[[Any, Any, bytes, bytes | None], Callable[..., None]]
 decode_raw_view: Callable[[bytes], RawView]
 _view_batch: Callable[[Iterable[bytes | None]], list[Any]]
 decode_raw: Callable[[bytes], dict[str, Any]]
@@ -326,10 +319,8 @@ if _codecs is not None:
     ChangeWriter = _codecs["module"].ChangeWriter
     change_key = _codecs["module"].change_key
     change_stream = _codecs["module"].ChangeStream
-    AckTracker = _codecs["module"].AckTracker
     buffer_changes = _codecs["module"].buffer_changes
     partition_runs = _codecs["module"].partition_runs
-    DeliveryRoute = _codecs["module"].DeliveryRoute
     decode_raw_view = _codecs["raw_event"].view
     _view_batch = _codecs["raw_event"].view_batch
     decode_raw, encode_raw = _codecs["raw_event"].decode, _codecs["raw_event"].encode
@@ -342,10 +333,8 @@ else:
     ChangeWriter = PyChangeWriter
     change_key = _ev.change_key
     change_stream = partial(PyChangeStream, view=_py_view)
-    AckTracker = PyAckTracker
     buffer_changes = no_lane
     partition_runs = py_partition_runs
-    DeliveryRoute = PyDeliveryRoute
     decode_raw_view = _py_view
     _view_batch = _py_view_batch
     decode_raw, encode_raw = _ev.decode_raw, _ev.encode_raw

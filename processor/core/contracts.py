@@ -13,8 +13,12 @@ AckCallback = Callable[[object | None], None]
 
 
 class Sink(Protocol):
-    """Where outputs go. send() may block to make room; on_ack runs later with an error or None."""
+    """Where outputs go. send() may block to make room. Outputs are acknowledged by settlement:
+    settled() is True when every output sent before is acknowledged or its failure was reported;
+    on_ack runs with the error of a failed output (a success may be reported as None, or not at all)."""
 
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None: ...
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None: ...
+
+    def settled(self) -> bool: ...

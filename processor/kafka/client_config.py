@@ -42,8 +42,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 5,
     "batch.num.messages": 10000,
     "compression.type": "lz4",
-    # Bounded producer memory: a huge transaction's emission waits on delivery reports instead of
-    # queueing millions of records (and their callbacks) in librdkafka.
+    # Bounded producer memory: a huge transaction's emission waits for room (records leave the queue
+    # as the broker acknowledges them) instead of queueing millions of records in librdkafka.
     "queue.buffering.max.messages": 50000,
     "queue.buffering.max.kbytes": 32768,
 }

@@ -1,7 +1,16 @@
 """Delivery guarantees: when outputs count as written and when input offsets are committed.
 
+Both acknowledge outputs by settlement, not by a delivery report per record: the producer runs
+with delivery.report.only.error, and once its queue is empty (len(producer) == 0, or a flush that
+returned 0) every record produced before is delivered, or its failure was reported and stops the
+process. The emitter then counts every output sent before as acknowledged (emitter.py).
+
 at_least_once_dedup: outputs stream continuously; the low watermark is committed periodically. A
-crash re-emits at most what followed the last commit, with the same event_ids.
+crash re-emits at most what followed the last commit, with the same event_ids. A batch that sent
+outputs ends with a flush (librdkafka skips linger.ms for it: one round trip), which settles them:
+their cursors move and their ENDs go out, and those ENDs settle at the next batch's end. Measured
+against settling only when the queue drains on its own or the oldest output waited 20 ms, the
+flush per batch used no more CPU per event and gave a lower commit-to-END latency (issue 14).
 
 exactly_once: each poll batch is one Kafka transaction holding its outputs (changes, BEGIN/END,
 dead letters) and the input offsets they imply (send_offsets_to_transaction). Every transaction
@@ -83,13 +92,20 @@ def bounded_call(what: str, call: Callable[[], Any], deadline_s: float) -> Any:
     return outcome.get("value")
 
 
+# at_least_once: how long the flush that ends a batch may block the loop (a broker outage: the next
+# batch tries again, and nothing counts as acknowledged meanwhile).
+SETTLE_FLUSH_TIMEOUT_S = 1.0
+
+
 class AtLeastOnce:
     name = "at_least_once_dedup"
     trusts_local_store = True
     commits_offsets_itself = True
 
-    def __init__(self, producer, emitter) -> None:
+    def __init__(self, producer, emitter, flush_timeout_s: float = SETTLE_FLUSH_TIMEOUT_S) -> None:
         self.producer, self.emitter = producer, emitter
+        self.flush_timeout_s = flush_timeout_s
+        self.settling_flushes = 0
 
     def start(self) -> None:
         pass
@@ -103,8 +119,14 @@ class AtLeastOnce:
         self.producer.flush(30)
 
     def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer) -> None:
-        self.producer.poll(0)
-        self.emitter.advance()
+        emitter = self.emitter
+        if emitter.unsettled:
+            # Serves the failure reports too: advance raises for any before a settlement counts.
+            self.settling_flushes += 1
+            emitter.advance(settled=self.producer.flush(self.flush_timeout_s) == 0)
+        else:
+            self.producer.poll(0)  # error callbacks
+            emitter.advance()
 
 
 class ExactlyOnce:
@@ -150,7 +172,7 @@ class ExactlyOnce:
                 remaining = self.producer.flush(self.flush_timeout_s)
                 if remaining:
                     raise TimeoutError(f"{remaining} outputs not acknowledged in {self.flush_timeout_s}s")
-                self.emitter.advance()
+                self.emitter.advance(settled=True)
                 if not self.emitter.queue:
                     break
             else:

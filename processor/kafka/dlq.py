@@ -46,13 +46,24 @@ def read_dlq_headers(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
 
 class DeadLetterWriter:
     """Writes dead letters and tracks their acknowledgements: callers make them durable (flush)
-    before they persist any input offset past the rejected records."""
+    before they persist any input offset past the rejected records.
+
+    Acknowledgement is by settlement: once the producer's queue is empty, every dead letter written
+    before is delivered or its failure was reported (the delivery callback runs for failures; a
+    producer with delivery.report.only.error reports nothing else)."""
 
     def __init__(self, producer: Producer, topic: str):
         self.producer, self.topic = producer, topic
-        self.unacked = 0
+        self._unsettled = 0  # written since the producer was last seen settled
         self.written = 0
         self.errors: list[str] = []
+
+    @property
+    def unacked(self) -> int:
+        """Dead letters not known to be acknowledged (0 once the producer's queue was seen empty)."""
+        if self._unsettled and len(self.producer) == 0:
+            self._unsettled = 0
+        return self._unsettled
 
     def write(
         self,
@@ -63,16 +74,15 @@ class DeadLetterWriter:
         on_ack: Callable[[KafkaError | None], None] | None = None,
         **fields: Any,
     ) -> None:
-        """Queue one dead letter; `on_ack` (if given) runs with its delivery result."""
+        """Queue one dead letter; `on_ack` (if given) runs with its error if it fails."""
 
         def delivered(err: KafkaError | None, _msg: Any) -> None:
-            self.unacked -= 1
             if err is not None:
                 self.errors.append(err.str())
-            if on_ack is not None:
-                on_ack(err)
+                if on_ack is not None:
+                    on_ack(err)
 
-        self.unacked += 1
+        self._unsettled += 1
         try:
             produce(
                 self.producer,

@@ -6,6 +6,11 @@ Oversized outputs (a change bigger than the size limit) follow the `oversized` p
   fail  the change's delivery fails with RecordTooLarge and the emitter stops the processor;
   chunk the change is written as n records on its key (processor.kafka.chunking) and counts as
         delivered once every chunk is; chunks the broker still refuses fall back to dlq.
+
+Acknowledgement is by settlement (settled(): the producer's queue is empty), not by a report per
+record: the producer runs with delivery.report.only.error, so a callback runs for failures only.
+Everything a change leads to (its chunks, its dead letter) is produced inside the failure report
+of the change, before the queue can be empty, so a settlement covers it too.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processor.core import events as ev
-from processor.core.codec import DeliveryRoute
 from processor.core.contracts import AckCallback
 from processor.kafka import chunking
 from processor.kafka.dlq import DeadLetterWriter
@@ -45,23 +49,48 @@ class KafkaSink:
         self.transactions_topic = transactions_topic
         self.dlq = DeadLetterWriter(producer, dlq_topic)
         self.oversized = oversized
-        self.outcomes_unacked = 0
+        self._outcomes_unsettled = 0  # outcomes produced since the producer was last seen settled
         self.outcome_errors: list[str] = []
         self.oversized_changes = 0
         self.chunked_changes = 0
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES  # the producer's message.max.bytes
         # xid -> reasons of its changes that went to the DLQ; consumed when its END is sent.
         self._dead_lettered: dict[str, list[str]] = {}
+        # The delivery callbacks of the last on_ack seen (the emitter passes one for every output).
+        self._reports_for: AckCallback | None = None
+        self._change_report: Any = None
+        self._transaction_report: Any = None
 
     # -- Sink ------------------------------------------------------------------------------------
 
+    def settled(self) -> bool:
+        """Every record produced so far is acknowledged or its failure was reported: librdkafka's
+        queue length counts a record until it is delivered, and a failed one until its report ran."""
+        return len(self.producer) == 0
+
+    def _reports(self, on_ack: AckCallback) -> None:
+        """One pair of delivery callbacks per on_ack, not one object per record."""
+        self._reports_for = on_ack
+
+        def change_report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                self._change_failed(msg.key(), msg.value(), on_ack, err)
+
+        def transaction_report(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                on_ack(err)
+
+        self._change_report, self._transaction_report = change_report, transaction_report
+
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:
-        delivered = DeliveryRoute(on_ack, self._change_failed, key, value)  # no Python frame per report
+        if on_ack is not self._reports_for:
+            self._reports(on_ack)
         try:
-            self._produce(self.changes_topic, value, key, -1, delivered)  # the common case; -1: the partitioner's
+            # The common case; -1: the partitioner's.
+            self._produce(self.changes_topic, value, key, -1, self._change_report)
         except (BufferError, KafkaException):
             try:
-                produce(self.producer, self.changes_topic, value, key, on_delivery=delivered)  # waits, flags size
+                produce(self.producer, self.changes_topic, value, key, on_delivery=self._change_report)  # waits
             except RecordTooLarge as exc:
                 self._oversized_change(key, value, exc, on_ack)
 
@@ -76,11 +105,12 @@ class KafkaSink:
             xid = key.decode(errors="replace")
             if xid in self._dead_lettered:
                 value = self._mark_end(xid, value)
-        delivered = DeliveryRoute(on_ack, _failed, key, value)
+        if on_ack is not self._reports_for:
+            self._reports(on_ack)
         try:
-            self._produce(self.transactions_topic, value, key, -1, delivered)
+            self._produce(self.transactions_topic, value, key, -1, self._transaction_report)
         except (BufferError, KafkaException):
-            produce(self.producer, self.transactions_topic, value, key, on_delivery=delivered)  # waits, flags size
+            produce(self.producer, self.transactions_topic, value, key, on_delivery=self._transaction_report)
 
     def _oversized_change(self, key: bytes, value: bytes | None, exc: RecordTooLarge, on_ack: AckCallback) -> None:
         if self.oversized == "fail":
@@ -93,8 +123,8 @@ class KafkaSink:
         self._dead_letter_change(key, value, change, exc, on_ack)
 
     def _chunk_change(self, key: bytes, value: bytes, change: dict, on_ack: AckCallback) -> None:
-        """n records on the change's key, acknowledged (on_ack once) when all are; if the broker
-        refuses a chunk as too large too, the change is dead-lettered instead."""
+        """n records on the change's key, acknowledged by the settlement that covers them all; if the
+        broker refuses a chunk as too large too, the change is dead-lettered instead (once)."""
         event_id = change["event_id"]
         # Room for the key, the chunk headers and the record and batch framing (lz4 may also grow
         # incompressible data a little).
@@ -104,25 +134,20 @@ class KafkaSink:
             self._dead_letter_change(key, value, change, RecordTooLarge(self.changes_topic, len(value)), on_ack)
             return
         pieces = chunking.split(value, payload)
-        state = {"left": len(pieces), "done": False}
+        state = {"refused": False}
 
         def refused(err: object) -> None:
-            state["done"] = True
+            if state["refused"]:
+                return  # the change is dead-lettered (or failed) once
+            state["refused"] = True
             if is_too_large(err) or isinstance(err, RecordTooLarge):
                 self._dead_letter_change(key, value, change, RecordTooLarge(self.changes_topic, len(value)), on_ack)
             else:
                 on_ack(err)
 
         def delivered(err: KafkaError | None, _msg: Any) -> None:
-            if state["done"]:
-                return
             if err is not None:
                 refused(err)
-                return
-            state["left"] -= 1
-            if state["left"] == 0:
-                state["done"] = True
-                on_ack(None)
 
         self.chunked_changes += 1
         for i, piece in enumerate(pieces):
@@ -139,7 +164,8 @@ class KafkaSink:
         xid = (change.get("source") or {}).get("xid")
         self.oversized_changes += 1
         self._dead_lettered.setdefault(xid or "", []).append(str(exc))
-        # Acknowledged once the dead letter is: the emit cursor may then move past this change.
+        # Written inside the change's failure report (or its produce call), so the settlement that
+        # lets the emit cursor pass this change covers the dead letter too; its failure goes to on_ack.
         self.dlq.write(
             key,
             value,
@@ -154,14 +180,21 @@ class KafkaSink:
 
     def outcome(self, topic: str, xid: str, partition: int, offset: int, outcome: str) -> None:
         """Publish how a transaction finished without output; the low watermark waits for its ack."""
-        self.outcomes_unacked += 1
+        self._outcomes_unsettled += 1
         value = ev.encode_outcome({"xid": xid, "input_partition": partition, "offset": offset, "outcome": outcome})
         produce(self.producer, topic, value, xid.encode(), on_delivery=self._outcome_delivered)
 
     def _outcome_delivered(self, err: KafkaError | None, _msg: Any) -> None:
-        self.outcomes_unacked -= 1
         if err is not None:
             self.outcome_errors.append(f"outcome: {err.str()}")
+
+    @property
+    def outcomes_unacked(self) -> int:
+        """Outcomes produced since the producer was last seen settled (0 once it is: each is then
+        acknowledged, or failed into outcome_errors)."""
+        if self._outcomes_unsettled and self.settled():
+            self._outcomes_unsettled = 0
+        return self._outcomes_unsettled
 
     def dead_letter(
         self, source_topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
@@ -202,7 +235,3 @@ class KafkaSink:
         note = f"{len(reasons)} change(s) dead-lettered: {reasons[0]}"
         event["reason"] = f"{event['reason']}; {note}" if event.get("reason") else note
         return ev.encode_transaction(event)
-
-
-def _failed(_key: bytes, _value: bytes | None, on_ack: AckCallback, err: object) -> None:
-    on_ack(err)

@@ -4,13 +4,13 @@ The emitter's one dispatch path hands every sink the same txbuffer ChangeEvent a
 TransactionEvent bytes; this sink decodes them and writes Debezium's records instead:
   * each change on <prefix>.<schema>.<table>, keyed by a typed Key record, valued by the Envelope
     (a primary-key update becomes delete + tombstone + create; a delete is followed by a tombstone
-    when `tombstones` is on, which is why the emitter's own tombstone is acknowledged here unsent);
+    when `tombstones` is on, which is why the emitter's own tombstone is dropped here);
   * BEGIN/END on <prefix>.transaction;
   * a DDL as a schema change event on <prefix>, giving the table a new schema version.
 A row that does not fit its table's schema goes to the DLQ with the reason, and counts as delivered
-once the dead letter is. So does a row whose record is over the topic's size limit, unless the
-`oversized` policy is `fail` (Debezium consumers cannot reassemble chunks, so `chunk` means DLQ
-here). Serialization failures of the registry (RegistryUnavailable) propagate:
+once the dead letter is (when the producer settles, as every output). So does a row whose record is
+over the topic's size limit, unless the `oversized` policy is `fail` (Debezium consumers cannot
+reassemble chunks, so `chunk` means DLQ here). Serialization failures of the registry (RegistryUnavailable) propagate:
 the processor stops before producing any record of that change.
 """
 
@@ -49,18 +49,19 @@ def json_serializer(_topic: str, _field: str, schema: dict | None, payload: Any)
     return connect_json.render(schema, payload)
 
 
-class _AllAcked:
-    """Acknowledges one emitter change once every record made from it is acknowledged."""
+class _FirstFailure:
+    """The delivery callback of the records made from one emitter change: the first failure is
+    handed on (once); successes need no report, the sink's settlement acknowledges them."""
 
-    def __init__(self, count: int, on_ack: AckCallback):
-        self.left, self.on_ack, self.error = count, on_ack, None
+    __slots__ = ("failed", "on_failure")
+
+    def __init__(self, on_failure: Callable[[Any], None]):
+        self.on_failure, self.failed = on_failure, False
 
     def __call__(self, err: Any, _msg: Any = None) -> None:
-        if err is not None and self.error is None:
-            self.error = err
-        self.left -= 1
-        if self.left == 0:
-            self.on_ack(self.error)
+        if err is not None and not self.failed:
+            self.failed = True
+            self.on_failure(err)
 
 
 class DebeziumSink:
@@ -89,10 +90,12 @@ class DebeziumSink:
 
     # -- Sink --------------------------------------------------------------------------------------
 
+    def settled(self) -> bool:
+        return self.kafka.settled()
+
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:
         if value is None:
-            on_ack(None)  # the emitter's tombstone: written with its delete, on the right topic and key
-            return
+            return  # the emitter's tombstone: written with its delete, on the right topic and key
         change = ev.decode_change(value)
         now = self.clock_ms()
         if change["op"] == "ddl":
@@ -112,25 +115,26 @@ class DebeziumSink:
             self._too_large(key, value, change, RecordTooLarge(encoded[0][0], size), on_ack)
             return
 
-        def all_acked(err: Any) -> None:
+        def failed(err: Any) -> None:
             if isinstance(err, RecordTooLarge) or is_too_large(err):  # e.g. the topic's limit is lower
                 self._too_large(key, value, change, RecordTooLarge(encoded[0][0], size), on_ack)
             else:
                 on_ack(err)
 
-        acks = _AllAcked(len(encoded), all_acked)
-        for i, (topic, k, v) in enumerate(encoded):
+        # The dead letter of a refused record is written inside its failure report, before the
+        # producer can be settled: the settlement that acknowledges the change covers it too.
+        report = _FirstFailure(failed)
+        for topic, k, v in encoded:
             try:
-                produce(self.producer, topic, v, k, on_delivery=acks)
+                produce(self.producer, topic, v, k, on_delivery=report)
             except RecordTooLarge as exc:  # refused by the client after all: the rest is not written
-                for _ in range(len(encoded) - i):
-                    acks(exc)
+                report(exc)
                 return
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
         record = self.records.transaction(ev.decode_transaction(value))
         topic, k, v = self._encode(record)
-        produce(self.producer, topic, v, k, on_delivery=lambda err, _msg: on_ack(err))
+        produce(self.producer, topic, v, k, on_delivery=lambda err, _msg: err is not None and on_ack(err))
 
     # -- pieces ------------------------------------------------------------------------------------
 

@@ -1,11 +1,18 @@
 """Emission of committed transactions: the one dispatch path, whatever produced the commit.
 
-A released transaction's changes are streamed from the store to a Sink. The emitter tracks
-acknowledgements so that:
-  * the emit cursor (last contiguously acknowledged seq) is persisted, and a crash in the middle
-    of a huge transaction resumes after it;
-  * END is sent only after every change of the transaction is acknowledged;
-  * buffered events are deleted (engine.acknowledged) only after END is acknowledged too.
+A released transaction's changes are streamed from the store to a Sink. Outputs are acknowledged
+by settlement, not one report at a time: when the sink is settled (sink.settled(): the Kafka
+producer's queue is empty, so every record produced before is delivered or its failure was
+reported), every output sent before counts as acknowledged. A failure is reported to the
+callback passed with the output, and any failure stops the process (DeliveryFailed) before a
+settlement counts. Settlement drives, in release order:
+  * the emit cursor (acked_seq, acked_count, acked_tables): it moves to the last change sent
+    before the settlement, is persisted with the store, and a crash in the middle of a huge
+    transaction resumes after it;
+  * END, sent only once every change of the transaction is settled (at_least_once; exactly_once
+    sends it with its changes, in the same Kafka transaction);
+  * finishing (engine.acknowledged: buffered events deleted, low watermark moves), only once END
+    is settled too.
 Transactions complete in release order, so the committed low watermark only moves forward.
 """
 
@@ -28,13 +35,15 @@ class DeliveryFailed(RuntimeError):
 
 
 class Emission:
-    """One released transaction: its change numbering (stream) and its acknowledgements (acks)."""
+    """One released transaction: its change numbering (stream) and how far it is acknowledged."""
 
-    __slots__ = ("acks", "all_sent", "end_acked", "end_sent", "engine", "stream", "txn")
+    __slots__ = ("all_sent", "changes_settled", "end_acked", "end_sent", "engine", "last_seq", "stream", "txn")
 
-    def __init__(self, engine: PartitionEngine, txn: Txn, stream: Any, acks: Any):
-        self.engine, self.txn, self.stream, self.acks = engine, txn, stream, acks
+    def __init__(self, engine: PartitionEngine, txn: Txn, stream: Any):
+        self.engine, self.txn, self.stream = engine, txn, stream
+        self.last_seq = txn.acked_seq  # seq of the last change sent
         self.all_sent = self.end_sent = self.end_acked = False
+        self.changes_settled = True  # every change sent so far is acknowledged
 
     @property
     def produced(self) -> int:
@@ -48,6 +57,23 @@ class Emission:
         tables: dict[str, int] = self.stream.tables
         return tables
 
+    def settle(self) -> None:
+        """Every output of this emission sent so far is acknowledged: move the emit cursor."""
+        txn = self.txn
+        if not self.changes_settled:
+            self.changes_settled = True
+            if self.stream.produced != txn.acked_count:
+                txn.acked_seq = self.last_seq
+                txn.acked_count = self.stream.produced
+                txn.acked_tables = dict(self.stream.tables)
+                self.engine.cursor_moved(txn)
+        if self.end_sent:
+            self.end_acked = True
+
+
+def _always_settled() -> bool:
+    return True
+
 
 class Emitter:
     def __init__(self, sink: Sink, ordering: str = "partition", tombstones: bool = False):
@@ -56,9 +82,14 @@ class Emitter:
         self.tombstones = tombstones
         self.queue: deque[Emission] = deque()  # released and not finished, in release order
         self._to_end: deque[Emission] = deque()  # the tail of queue whose END is not sent yet
+        self._unsettled: list[Emission] = []  # emissions with outputs sent since the last settlement
+        # A sink without settled() writes synchronously: what it took is acknowledged.
+        self._settled: Callable[[], bool] = getattr(sink, "settled", _always_settled)
         self.errors: list[str] = []
+        self._failed = self._check  # the one failure callback every output carries (no object per output)
         self.changes_emitted = 0
         self.transactions_emitted = 0
+        self.settlements = 0
         self.on_complete: Callable[[Emission], None] | None = None
         # at_least_once: END is sent once every change is acknowledged, so an END on the topic means
         # its changes are there. exactly_once: END is in the same Kafka transaction as its changes
@@ -69,72 +100,107 @@ class Emitter:
     def release(self, engine: PartitionEngine, txn: Txn) -> None:
         """Stream every change of a committed transaction to the sink, in seq order."""
         writer = change_writer(txn)
-        em = Emission(
-            engine,
-            txn,
-            codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)),
-            codec.AckTracker(txn, engine, self.errors),
-        )
+        em = Emission(engine, txn, codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
         self.queue.append(em)
         self._to_end.append(em)
+        self._sent(em)
         key = txn.xid.encode()
+        failed = self._failed
         self.sink.send_transaction(
-            key, codec.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), self._check
+            key, codec.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), failed
         )
-        send, track, tombstones = self.sink.send_change, em.acks.track, self.tombstones
+        send, tombstones = self.sink.send_change, self.tombstones
+        stream = em.stream
         sent = 0
-        if txn.fragments:  # changes may have fragments to merge: the decoding path
-            for change in iter_changes(engine.store, txn):
-                total_order, collection_order = em.stream.number(change.table)
-                value = change_event_bytes(change, txn, total_order, collection_order, writer)
-                send(change.kafka_key, value, track(change.seq, change.table or ""))
-                if tombstones and change.op == ev.DELETE:
-                    send(change.kafka_key, None, self._check)
-                sent += 1
-        else:
-            begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
-            following = em.stream.next
-            for _, raw in engine.store.scan(begin, keys.upper_bound(txn.prefix + keys.EVENT)):
-                out = following(raw)
-                if out is None:
-                    continue
-                kafka_key, value, seq, table, op = out
-                send(kafka_key, value, track(seq, table))
-                if tombstones and op == ev.DELETE:
-                    send(kafka_key, None, self._check)
-                sent += 1
-        self.changes_emitted += sent
+        last_seq, table = em.last_seq, ""
+        try:
+            if txn.fragments:  # changes may have fragments to merge: the decoding path
+                for change in iter_changes(engine.store, txn):
+                    table = change.table or ""
+                    total_order, collection_order = stream.number(table)
+                    value = change_event_bytes(change, txn, total_order, collection_order, writer)
+                    send(change.kafka_key, value, failed)
+                    last_seq = change.seq
+                    sent += 1
+                    if tombstones and change.op == ev.DELETE:
+                        send(change.kafka_key, None, failed)
+            else:
+                begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
+                following = stream.next
+                for _, raw in engine.store.scan(begin, keys.upper_bound(txn.prefix + keys.EVENT)):
+                    out = following(raw)
+                    if out is None:
+                        continue
+                    kafka_key, value, seq, table, op = out
+                    send(kafka_key, value, failed)
+                    last_seq = seq
+                    sent += 1
+                    if tombstones and op == ev.DELETE:
+                        send(kafka_key, None, failed)
+        except BaseException:
+            # Cut short (a stop, a failed produce): the cursor may only ever cover changes sent, so a
+            # change numbered but not sent is taken back from the numbering.
+            if stream.produced > txn.acked_count + sent:
+                stream.produced -= 1
+                stream.tables[table] -= 1
+            raise
+        finally:
+            em.last_seq = last_seq
+            if sent:
+                em.changes_settled = False
+            self.changes_emitted += sent
         em.all_sent = True
         self.advance()
+
+    def _sent(self, em: Emission) -> None:
+        self._unsettled.append(em)
 
     def _check(self, err: object | None) -> None:
         if err is not None:
             self.errors.append(str(err))
 
-    def _end_acked(self, em: Emission, err: object | None) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-            return
-        em.end_acked = True
+    @property
+    def unsettled(self) -> bool:
+        """Outputs were sent since the last settlement."""
+        return bool(self._unsettled)
 
-    def advance(self) -> int:
-        """Send ENDs and finish acknowledged transactions, in release order. Returns how many finished."""
+    def settle(self) -> None:
+        """Every output sent so far is acknowledged (the caller saw the sink settled)."""
+        unsettled, self._unsettled = self._unsettled, []
+        self.settlements += 1
+        for em in unsettled:
+            em.settle()
+
+    def advance(self, settled: bool = False) -> int:
+        """Settle if the sink is settled (or the caller says so: a flush returned with nothing left),
+        then send ENDs and finish acknowledged transactions, in release order. Returns how many
+        finished. Raises DeliveryFailed if any output failed: a failure is reported before the
+        sink can be settled, so no failed output ever counts as acknowledged."""
+        if self._unsettled and not settled:
+            settled = self._settled()
         if self.errors:
             raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
+        if settled and self._unsettled:
+            self.settle()
         to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
+        ended = False
         while to_end:
             em = to_end[0]
-            if not em.all_sent or (wait_for_acks and em.acks.pending):
+            if not em.all_sent or (wait_for_acks and not em.changes_settled):
                 break  # later ENDs wait, so END order follows commit order
             to_end.popleft()
             em.end_sent = True
+            self._sent(em)
+            ended = True
             end = transaction_event("END", em.txn, self.ordering, em.produced, em.tables)
-            self.sink.send_transaction(
-                em.txn.xid.encode(), codec.encode_transaction(end), lambda err, em=em: self._end_acked(em, err)
-            )
+            self.sink.send_transaction(em.txn.xid.encode(), codec.encode_transaction(end), self._failed)
+        if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
+            if self.errors:
+                raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
+            self.settle()
         finished = 0
         queue = self.queue
-        while queue and queue[0].end_acked and not queue[0].acks.pending:
+        while queue and queue[0].end_acked:
             em = queue.popleft()
             em.engine.acknowledged(em.txn)
             self.transactions_emitted += 1
@@ -150,3 +216,4 @@ class Emitter:
         """Forget emissions of a revoked partition; its store state resumes them elsewhere."""
         self.queue = deque(em for em in self.queue if em.engine is not engine)
         self._to_end = deque(em for em in self._to_end if em.engine is not engine)
+        self._unsettled = [em for em in self._unsettled if em.engine is not engine]

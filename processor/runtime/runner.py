@@ -63,7 +63,8 @@ class Runner:
         n_out = cfg.output_partitions or n_raw
         outputs = [cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic, cfg.outcomes_topic]
         ensure_topics(client, dict.fromkeys(outputs, n_out), cfg.replication_factor)
-        producer_conf = {"acks": "all"}
+        # Outputs are acknowledged by settlement (kafka/delivery.py): librdkafka reports failures only.
+        producer_conf: dict[str, Any] = {"acks": "all", "delivery.report.only.error": True}
         if cfg.guarantee == "exactly_once":
             producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
         producer_conf.update(producer_size_limit(client, outputs))  # an oversized output fails alone

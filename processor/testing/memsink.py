@@ -28,6 +28,10 @@ class MemorySink:
         else:
             self.unacked.append(on_ack)
 
+    def settled(self) -> bool:
+        """Every output taken so far is acknowledged (with auto_ack, always)."""
+        return not self.unacked
+
     def ack_all(self) -> None:
         while self.unacked:
             self.unacked.popleft()(None)

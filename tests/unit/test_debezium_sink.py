@@ -1,6 +1,8 @@
-"""DebeziumSink's bookkeeping: one emitter ack per change however many records it becomes, the DLQ
-path (rows that do not fit, rows over the size limit), the emitter's own tombstones, and nothing produced when serialization fails. The producer is
-an in-memory recorder (the broker path is tests/integration/test_debezium_output.py)."""
+"""DebeziumSink's bookkeeping: a change is acknowledged by the producer's settlement however many
+records it becomes, and fails once; the DLQ path (rows that do not fit, rows over the size limit),
+the emitter's own tombstones, and nothing produced when serialization fails. The producer is an
+in-memory recorder that reports failures only, as delivery.report.only.error does (the broker
+path is tests/integration/test_debezium_output.py)."""
 
 import pytest
 from confluent_kafka import KafkaError
@@ -15,19 +17,34 @@ from processor.runtime.config import ConfigError, load_config
 from processor.runtime.debezium_sink import DebeziumSink, json_serializer, make_output
 
 
+class Message:
+    def __init__(self, key, value):
+        self._key, self._value = key, value
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+
 class RecordingProducer:
     def __init__(self):
         self.records, self.pending = [], []
 
     def produce(self, topic, value=None, key=None, on_delivery=None, headers=None, **_):
         self.records.append((topic, key, value, dict(headers or [])))
-        if on_delivery is not None:
-            self.pending.append(on_delivery)
+        self.pending.append((on_delivery, Message(key, value)))
+
+    def __len__(self):
+        return len(self.pending)
 
     def deliver_all(self, err=None):
+        """Every queued record delivered (no report) or failed with err (reported)."""
         pending, self.pending = self.pending, []
-        for callback in pending:
-            callback(err, None)
+        for callback, msg in pending:
+            if err is not None and callback is not None:
+                callback(err, msg)
 
     def poll(self, _timeout=0):
         return 0
@@ -67,18 +84,21 @@ def _sink(serialize=json_serializer, tombstones=True):
     return DebeziumSink(kafka, records, serialize, tombstones, clock_ms=lambda: 5), producer
 
 
-def test_one_ack_per_change_after_all_its_records_are_acknowledged():
+def test_a_change_is_acknowledged_by_settlement_however_many_records_it_becomes_and_fails_once():
     sink, producer = _sink()
     acks = []
     sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "a"}), acks.append)
     sink.send_change(b"k", _change_bytes("d", {"id": 1}, before={"id": 1}, seq=1), acks.append)
     assert [r[0] for r in producer.records] == ["p.app.t", "p.app.t", "p.app.t"]  # c, d, tombstone
     assert producer.records[2][2] is None
-    assert acks == []
+    assert not sink.settled()
     producer.deliver_all()
-    assert acks == [None, None]
+    assert sink.settled() and acks == []  # no report per record: the settlement acknowledges
     sink.send_change(b"k", None, acks.append)  # the emitter's tombstone: already written with its delete
-    assert acks == [None, None, None] and len(producer.records) == 3
+    assert sink.settled() and acks == [] and len(producer.records) == 3
+    sink.send_change(b"k", _change_bytes("d", {"id": 1}, before={"id": 1}, seq=2), acks.append)
+    producer.deliver_all(KafkaError(KafkaError._MSG_TIMED_OUT))  # the delete and its tombstone fail
+    assert [str(e) for e in acks] == [str(KafkaError(KafkaError._MSG_TIMED_OUT))]  # the change fails once
 
 
 def test_a_row_that_does_not_fit_goes_to_the_dlq_and_acks_with_its_dead_letter():
@@ -90,8 +110,9 @@ def test_a_row_that_does_not_fit_goes_to_the_dlq_and_acks_with_its_dead_letter()
     topic, key, value, headers = producer.records[-1]
     assert (topic, key, value) == ("dlq", b"k2", bad)
     assert headers["source"] == b"debezium-output" and b"key column 'id'" in headers["reason"]
+    assert not sink.settled()
     producer.deliver_all()
-    assert acks == [None, None] and sink.rows_dead_lettered == 1
+    assert sink.settled() and acks == [] and sink.rows_dead_lettered == 1
 
 
 def test_a_serialization_failure_produces_nothing_of_that_change():
@@ -132,7 +153,7 @@ def test_a_row_over_the_size_limit_goes_to_the_dlq_with_the_reason_and_nothing_o
     _, key, value, headers = producer.records[0]
     assert (key, value) == (b"k", big) and b"record too large for p.app.t" in headers["reason"]
     producer.deliver_all()
-    assert acks == [None] and sink.oversized_rows == 1
+    assert sink.settled() and acks == [] and sink.oversized_rows == 1
 
 
 def test_chunk_means_dlq_for_debezium_records_and_fail_fails_the_change():
@@ -140,7 +161,7 @@ def test_chunk_means_dlq_for_debezium_records_and_fail_fails_the_change():
     acks = []
     sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000}), acks.append)
     producer.deliver_all()
-    assert [r[0] for r in producer.records] == ["dlq"] and acks == [None]
+    assert [r[0] for r in producer.records] == ["dlq"] and acks == [] and sink.settled()
     sink, producer = _big_sink("fail")
     sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000}), acks.append)
     assert producer.records == [] and isinstance(acks[-1], RecordTooLarge)
@@ -152,6 +173,7 @@ def test_a_row_the_broker_refuses_as_too_large_is_dead_lettered_after_the_refusa
     sink.send_change(b"k", _change_bytes("c", {"id": 1}, after={"id": 1, "v": "x" * 5_000}), acks.append)
     assert [r[0] for r in producer.records] == ["p.app.t"]
     producer.deliver_all(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
-    assert [r[0] for r in producer.records] == ["p.app.t", "dlq"] and acks == []
+    # The dead letter is queued inside the refusal's report: the producer is not settled before it is.
+    assert [r[0] for r in producer.records] == ["p.app.t", "dlq"] and acks == [] and not sink.settled()
     producer.deliver_all()
-    assert acks == [None] and sink.oversized_rows == 1
+    assert sink.settled() and acks == [] and sink.oversized_rows == 1

@@ -391,17 +391,27 @@ def test_heartbeat_advances_the_watermark_only(store):
 def test_restore_resumes_open_and_unacknowledged_transactions(store):
     run = new_run(store)
     run.sink.auto_ack = False
-    run.feed(
-        ins("a", 1, 1),
-        ins("a", 2, 2),
-        ins("b", 1, 3),
-        R("b", ev.SAVEPOINT, 2, savepoint="s"),
-        ins("a", 3, 4),
-        R("a", ev.COMMIT, 4, 99),
-    )
-    # One change acknowledged, then the process dies.
-    run.sink.unacked.popleft()(None)  # BEGIN
-    run.sink.unacked.popleft()(None)  # change seq 1
+    send_change = run.sink.send_change
+
+    def cut_short(key, value, on_ack):  # e.g. a SIGTERM stops the emission after the first change
+        if len(run.sink.changes) == 1:
+            raise KeyboardInterrupt
+        send_change(key, value, on_ack)
+
+    run.sink.send_change = cut_short
+    with pytest.raises(KeyboardInterrupt):
+        run.feed(
+            ins("a", 1, 1),
+            ins("a", 2, 2),
+            ins("b", 1, 3),
+            R("b", ev.SAVEPOINT, 2, savepoint="s"),
+            ins("a", 3, 4),
+            R("a", ev.COMMIT, 4, 99),
+        )
+    # The closing drain settles what was sent (BEGIN and change seq 1) and checkpoints; the process dies.
+    run.sink.ack_all()
+    run.emitter.advance()
+    assert [t["status"] for t in run.transactions] == ["BEGIN"]
     run.engine.checkpoint()
 
     from processor.core.engine import PartitionEngine
@@ -476,25 +486,3 @@ def test_every_end_of_a_transaction_is_a_finished_action(store):
         "f": FILTERED,
         "c": COMMITTED,
     }
-
-
-def test_emit_cursor_moves_only_over_the_contiguously_acknowledged_prefix(store):
-    run = new_run(store)
-    run.sink.auto_ack = False
-    run.feed(ins("a", 1, 1), ins("a", 2, 2, table="s.u"), ins("a", 3, 3), R("a", ev.COMMIT, 4, 9))
-    begin, first, second, third = run.sink.unacked
-    txn = run.engine.pending["a"]
-    begin(None)
-    third(None)
-    second(None)
-    assert (txn.acked_seq, txn.acked_count, txn.acked_tables) == (-1, 0, {})  # the first is still in flight
-    run.emitter.advance()
-    assert [t["status"] for t in run.transactions] == ["BEGIN"]  # no END before every change is acknowledged
-    first(None)
-    assert (txn.acked_seq, txn.acked_count, txn.acked_tables) == (3, 3, {"s.t": 2, "s.u": 1})
-    third(None)  # a repeated report changes nothing
-    assert txn.acked_count == 3
-    run.emitter.advance()
-    assert [t["status"] for t in run.transactions] == ["BEGIN", "END"]
-    run.sink.ack_all()
-    assert run.emitter.advance() == 1 and "a" not in run.engine.pending

@@ -71,6 +71,9 @@ class Sink:
         self.producer.calls.append(f"produce:{status}")
         self.producer.unacked.append(on_ack)
 
+    def settled(self):
+        return not self.producer.unacked
+
 
 class Consumer:
     def consumer_group_metadata(self):
@@ -201,7 +204,7 @@ def test_fencing_is_recognised_also_behind_the_error_that_closing_raised_after_i
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once_dedup", "exactly_once"])
-def test_end_waits_for_the_change_acks_only_under_at_least_once(guarantee):
+def test_end_waits_for_the_changes_settlement_only_under_at_least_once(guarantee):
     producer = RecordingProducer()
     sink = Sink(producer)
     emitter = Emitter(sink)
@@ -212,19 +215,18 @@ def test_end_waits_for_the_change_acks_only_under_at_least_once(guarantee):
         assert sink.sent == ["BEGIN", "change", "change", "END"]
     else:
         assert sink.sent == ["BEGIN", "change", "change"]  # END only once both changes are acknowledged
-    begin_ack, *change_acks = producer.unacked[:3]
-    begin_ack(None)
-    change_acks[0](None)
+    del producer.unacked[:2]  # BEGIN and the first change delivered: the producer is not settled yet
     emitter.advance()
     if guarantee != "exactly_once":
         assert sink.sent == ["BEGIN", "change", "change"]  # one change still unacknowledged
     else:
-        producer.unacked[3](None)  # END acknowledged before the last change
+        del producer.unacked[1]  # END delivered before the last change
         emitter.advance()
         assert emitter.queue and engine.pending  # not finished while a change is unacknowledged
-    change_acks[1](None)
+    producer.unacked.clear()
     emitter.advance()
     assert sink.sent == ["BEGIN", "change", "change", "END"]
+    assert not emitter.queue if guarantee == "exactly_once" else emitter.queue
     producer.flush()
     emitter.advance()
     assert not emitter.queue and not engine.pending

@@ -1,7 +1,9 @@
-"""KafkaSink's `oversized: chunk` branch (processor/kafka/sink.py): one acknowledgement per change,
-given only when every chunk is acknowledged; a chunk the broker still refuses sends the change to
-the DLQ instead. The producer here applies a size limit and hands out delivery reports on demand;
-the same branch runs on Apache Kafka in tests/integration/test_oversized.py."""
+"""KafkaSink's `oversized: chunk` branch (processor/kafka/sink.py): a chunked change is acknowledged
+by the settlement that covers every chunk (no report per chunk); a chunk the broker still refuses
+sends the change to the DLQ instead, once, and the producer is not settled before the dead letter
+is delivered. The producer here applies a size limit, reports failures only (as
+delivery.report.only.error does) and delivers on demand; the same branch runs on Apache Kafka in
+tests/integration/test_oversized.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ LIMIT = 2_000
 
 
 class SizeLimitedProducer:
-    """Refuses records over LIMIT at produce() as librdkafka does; keeps the others' callbacks."""
+    """Refuses records over LIMIT at produce() as librdkafka does; queues the others."""
 
     def __init__(self):
         self.records: list[tuple[str, bytes | None, list | None]] = []
@@ -28,13 +30,19 @@ class SizeLimitedProducer:
         self.records.append((topic, value, headers))
         self.pending.append(on_delivery)
 
+    def __len__(self):
+        return len(self.pending)
+
     def poll(self, timeout=None):
         return 0
 
     def deliver(self, n: int, err: KafkaError | None = None) -> None:
-        for callback in self.pending[:n]:
-            callback(err, None)
+        """The first n queued records delivered (no report) or failed with err (reported)."""
+        callbacks = self.pending[:n]
         del self.pending[:n]
+        for callback in callbacks:
+            if err is not None:
+                callback(err, None)
 
 
 def _big_change() -> bytes:
@@ -51,7 +59,7 @@ def _big_change() -> bytes:
     return ev.encode_change(change)
 
 
-def test_a_chunked_change_is_acknowledged_once_when_its_last_chunk_is():
+def test_a_chunked_change_is_acknowledged_when_the_producer_settles_after_its_last_chunk():
     producer = SizeLimitedProducer()
     sink = KafkaSink(producer, "changes", "txns", "dlq", "chunk", max_record_bytes=LIMIT)
     value, acks = _big_change(), []
@@ -60,9 +68,9 @@ def test_a_chunked_change_is_acknowledged_once_when_its_last_chunk_is():
     chunks = [(v, h) for topic, v, h in producer.records if topic == "changes"]
     assert len(chunks) == len(producer.pending) >= 5
     producer.deliver(len(chunks) - 1)
-    assert acks == []  # the emit cursor may not pass the change yet
+    assert not sink.settled()  # the emit cursor may not pass the change yet
     producer.deliver(1)
-    assert acks == [None]
+    assert sink.settled() and acks == []  # no failure: acknowledged by the settlement
     r = Reassembler()
     results = [r.add(0, h, v) for v, h in chunks]
     assert [whole for done, whole in results if done] == [value]  # the reassembly rule gives it back
@@ -70,7 +78,7 @@ def test_a_chunked_change_is_acknowledged_once_when_its_last_chunk_is():
     assert (sink.chunked_changes, sink.oversized_changes) == (1, 0)
 
 
-def test_a_chunk_the_broker_refuses_sends_the_change_to_the_dlq_and_acknowledges_it_once():
+def test_a_chunk_the_broker_refuses_sends_the_change_to_the_dlq_once():
     producer = SizeLimitedProducer()
     sink = KafkaSink(producer, "changes", "txns", "dlq", "chunk", max_record_bytes=LIMIT)
     value, acks = _big_change(), []
@@ -79,11 +87,12 @@ def test_a_chunk_the_broker_refuses_sends_the_change_to_the_dlq_and_acknowledges
 
     producer.deliver(1)
     producer.deliver(1, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))  # e.g. a topic limit below the producer's
+    producer.deliver(1, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))  # a second refusal changes nothing
     assert acks == []
     dead = [(v, dict(h)) for topic, v, h in producer.records if topic == "dlq"]
     assert len(dead) == 1 and dead[0][1]["xid"] == b"t1" and b"record too large" in dead[0][1]["reason"]
-    producer.deliver(n - 2)  # the other chunks' reports change nothing
-    assert acks == []
-    producer.deliver(1)  # the dead letter's
-    assert acks == [None]
+    producer.deliver(n - 3)  # the other chunks
+    assert not sink.settled()  # the dead letter is still queued
+    producer.deliver(1)  # the dead letter
+    assert sink.settled() and acks == []
     assert (sink.chunked_changes, sink.oversized_changes) == (1, 1)

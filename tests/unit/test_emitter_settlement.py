@@ -1,0 +1,160 @@
+"""Acknowledgement by settlement (processor/runtime/emitter.py, processor/kafka/delivery.py).
+
+No output counts as acknowledged before a settlement covers it (the sink's queue was seen empty,
+or a flush returned with nothing left): not for the emit cursor, not for sending END, not for
+finishing the transaction. A settlement covers what was sent before it, never what follows. A
+failure report still stops the process, even when the queue is empty by then.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from processor.core import events as ev
+from processor.core.engine import Committed, PartitionEngine
+from processor.kafka.delivery import AtLeastOnce
+from processor.kafka.sink import KafkaSink
+from processor.runtime.emitter import DeliveryFailed, Emitter
+from processor.store.memory import MemoryStore
+
+
+class QueueSink:
+    """Keeps each output's failure callback until delivered; settled when nothing is queued."""
+
+    def __init__(self):
+        self.queued: list = []
+        self.sent: list[str] = []
+
+    def send_change(self, key, value, on_ack):
+        self.sent.append("change" if value is not None else "tombstone")
+        self.queued.append(on_ack)
+
+    def send_transaction(self, key, value, on_ack):
+        self.sent.append(ev.decode_transaction(value)["status"])
+        self.queued.append(on_ack)
+
+    def settled(self):
+        return not self.queued
+
+    def deliver(self, n=None, err=None):
+        n = len(self.queued) if n is None else n
+        taken, self.queued = self.queued[:n], self.queued[n:]
+        for on_ack in taken:
+            if err is not None:
+                on_ack(err)
+
+
+def commit(engine: PartitionEngine, xid: str, n: int, offset: int = 0) -> tuple:
+    actions = []
+    for seq in range(1, n + 1):
+        e = ev.raw_event(xid, ev.INSERT, seq, seq, table="s.t", key={"id": seq}, after={"id": seq})
+        actions += engine.apply(offset + seq - 1, xid.encode(), ev.encode_raw(e))
+    actions += engine.apply(offset + n, xid.encode(), ev.encode_raw(ev.raw_event(xid, ev.COMMIT, n + 1, n + 1)))
+    engine.flush_data()
+    return next(a.txn for a in actions if isinstance(a, Committed))
+
+
+def cursor(txn) -> tuple:
+    return txn.acked_seq, txn.acked_count, dict(txn.acked_tables)
+
+
+def test_nothing_counts_as_acknowledged_before_a_settlement_covers_it():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    txn = commit(engine, "a", 3)
+    emitter.release(engine, txn)
+    sink.deliver(3)  # BEGIN and two of the three changes delivered: not settled
+    assert emitter.advance() == 0
+    assert cursor(txn) == (-1, 0, {})  # the cursor does not move per delivery
+    assert sink.sent == ["BEGIN", "change", "change", "change"]  # no END
+    sink.deliver()
+    assert emitter.advance() == 0  # settled: the cursor moves and END goes out, but END is not settled
+    assert cursor(txn) == (3, 3, {"s.t": 3})
+    assert sink.sent[-1] == "END" and "a" in engine.pending and emitter.queue
+    assert emitter.advance() == 0  # END still queued
+    sink.deliver()
+    assert emitter.advance() == 1 and "a" not in engine.pending and not emitter.queue
+
+
+def test_a_settlement_covers_what_was_sent_before_it_and_not_what_follows():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    first = commit(engine, "a", 2)
+    emitter.release(engine, first)
+    sink.deliver()
+    emitter.advance(settled=True)  # e.g. a flush returned 0
+    second = commit(engine, "b", 2, offset=3)
+    emitter.release(engine, second)
+    assert cursor(first) == (2, 2, {"s.t": 2})
+    assert cursor(second) == (-1, 0, {})  # released after the settlement
+    assert sink.sent.count("END") == 1
+    emitter.advance()  # END of a queued, b's changes queued: nothing settles
+    assert cursor(second) == (-1, 0, {}) and sink.sent.count("END") == 1
+    sink.deliver()
+    emitter.advance()
+    assert cursor(second) == (2, 2, {"s.t": 2}) and sink.sent.count("END") == 2
+    assert list(engine.pending) == ["b"]  # a finished (its END settled), b's END not yet: release order
+
+
+def test_a_failure_report_raises_even_once_the_queue_is_empty_and_moves_nothing():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    txn = commit(engine, "a", 2)
+    emitter.release(engine, txn)
+    sink.deliver(2)
+    sink.deliver(1, err="Broker: Not enough in-sync replicas")  # the second change failed
+    sink.deliver()
+    assert sink.settled()
+    with pytest.raises(DeliveryFailed, match="in-sync replicas"):
+        emitter.advance()
+    assert cursor(txn) == (-1, 0, {}) and "END" not in sink.sent and "a" in engine.pending
+
+
+class FlushCountingProducer:
+    def __init__(self, sink_queue: list):
+        self.queue, self.flushes = sink_queue, 0
+
+    def poll(self, timeout=None):
+        return 0
+
+    def flush(self, timeout=None):
+        self.flushes += 1
+        self.queue.clear()
+        return 0
+
+
+def test_at_least_once_settles_a_batch_that_sent_outputs_by_one_flush_and_an_idle_one_by_none():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    producer = FlushCountingProducer(sink.queued)
+    delivery = AtLeastOnce(producer, emitter)
+    emitter.release(engine, commit(engine, "a", 2))
+    delivery.end_batch(list, None)
+    assert producer.flushes == 1 and sink.sent[-1] == "END"  # flushed and settled: END goes out
+    assert "a" in engine.pending  # its END settles with the next batch
+    delivery.end_batch(list, None)
+    assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
+    delivery.end_batch(list, None)
+    assert producer.flushes == 2  # nothing sent: no flush
+
+
+def test_a_record_the_broker_never_takes_stays_unsettled_until_its_failure_report_raises():
+    """librdkafka itself: with delivery.report.only.error a record counts in len(producer) until it
+    is delivered or its failure report was served, so the sink never settles past a failure."""
+    producer = Producer(
+        {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 300, "delivery.report.only.error": True}
+    )
+    sink, engine = KafkaSink(producer, "changes", "transactions", "dlq"), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    delivery = AtLeastOnce(producer, emitter, flush_timeout_s=0.1)
+    txn = commit(engine, "a", 2)
+    emitter.release(engine, txn)
+    deadline = time.monotonic() + 10
+    with pytest.raises(DeliveryFailed, match="timed out"):
+        while time.monotonic() < deadline:
+            delivery.end_batch(list, None)
+            assert cursor(txn) == (-1, 0, {})
+    assert cursor(txn) == (-1, 0, {}) and "a" in engine.pending
