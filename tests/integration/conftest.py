@@ -1,6 +1,11 @@
-"""A throwaway PostgreSQL 15 cluster for capture tests: initdb in a temp dir as the `postgres` OS user,
-a free loopback port, wal_level=logical and the smallest logical_decoding_work_mem, so that modest
-transactions are streamed before they commit."""
+"""Fixtures for integration tests.
+
+- `postgres`: a throwaway PostgreSQL 15 cluster for capture tests: initdb in a temp dir as the `postgres`
+  OS user, a free loopback port, wal_level=logical and the smallest logical_decoding_work_mem, so that
+  modest transactions are streamed before they commit.
+- `own_broker`: an Apache Kafka broker of the test module's own, for tests that pause, stop or restart it
+  (the session `broker` must not be disturbed).
+"""
 
 from __future__ import annotations
 
@@ -84,3 +89,19 @@ def postgres():
     finally:
         _as_postgres(str(pg_bin / "pg_ctl"), "-D", str(datadir), "-m", "immediate", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory):
+    """An embedded broker of this module's own, on a kept data dir: a test may pause (SIGSTOP) it, or stop
+    and start it again on the same data and ports. It is resumed if left paused, then stopped."""
+    from processor.kafka.embedded import EmbeddedKafka
+
+    kafka = EmbeddedKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True)
+    kafka.start(timeout_s=180)  # generous: the suite shares two cores with other JVMs
+    try:
+        yield kafka
+    finally:
+        if kafka.running():
+            kafka.resume()
+        kafka.stop()

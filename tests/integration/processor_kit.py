@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
+from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.config import ProcessorConfig, load_config
 from processor.testing.generator import WorkloadGenerator
@@ -55,7 +59,17 @@ def write_workload(
     return workload.summary()
 
 
-def run_args(cfg: ProcessorConfig) -> list[str]:
+def feed(writer: RawTopicWriter, events: Iterator[dict], n: int | None = None) -> None:
+    """The next n events of a workload iterator (all that are left: None) onto the raw topic, then flush.
+    Pass an iterator (iter(WorkloadGenerator(...))), not the generator: each call goes on where the last
+    one stopped."""
+    writer.write_all(events if n is None else islice(events, n))
+    writer.flush()
+
+
+def run_args(cfg: ProcessorConfig, outcomes_topic: bool = True) -> list[str]:
+    """`txbuffer run` for cfg; outcomes_topic=False leaves --outcomes-topic out, so the processor's
+    default applies."""
     return [
         sys.executable,
         "-m",
@@ -75,8 +89,7 @@ def run_args(cfg: ProcessorConfig) -> list[str]:
         cfg.dlq_topic,
         "--group",
         cfg.group,
-        "--outcomes-topic",
-        cfg.outcomes_topic,
+        *(["--outcomes-topic", cfg.outcomes_topic] if outcomes_topic else []),
         "--state-dir",
         str(cfg.state_dir),
         "--guarantee",
@@ -88,6 +101,28 @@ def run_args(cfg: ProcessorConfig) -> list[str]:
 def start_processor(cfg: ProcessorConfig, *extra: str, log_path: Path | None = None) -> subprocess.Popen:
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     return subprocess.Popen(run_args(cfg) + list(extra), stdout=out, stderr=out, env=dict(os.environ))
+
+
+def committed_offsets(
+    bootstrap: str, topics: Topics, partitions: Iterable[int], timeout_s: float = 10
+) -> dict[int, int]:
+    """The group's committed offset on each of these raw topic partitions (OFFSET_INVALID: none yet), asked
+    without joining the group."""
+    from confluent_kafka import TopicPartition
+
+    consumer = KafkaClientConfig(bootstrap).consumer(topics.group)
+    try:
+        tps = [TopicPartition(topics.raw, p) for p in partitions]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=timeout_s)}
+    finally:
+        consumer.close()
+
+
+def log_events(path: Path, event: str) -> list[dict]:
+    """The records of a processor's JSON log (--log-format json) whose line names `event`, in order.
+    A last line with no newline yet is still being written: it is left for the next read."""
+    lines = path.read_text(errors="replace").split("\n")[:-1]
+    return [json.loads(line) for line in lines if line.startswith("{") and f'"{event}"' in line]
 
 
 def read_with_headers(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[int, int, bytes, bytes, dict]]:

@@ -14,32 +14,18 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.chaos_checks import own_pass
-from processor.kafka.client_config import KafkaClientConfig
-from processor.kafka.embedded import EmbeddedKafka, free_port
+from processor.kafka.embedded import free_port
 from processor.kafka.end_offsets import end_offsets
 from processor.runtime.status import from_url
 from processor.testing.verify import verify
-from tests.integration.processor_kit import Topics, config, start_processor, write_workload
+from tests.integration.processor_kit import Topics, committed_offsets, config, start_processor, write_workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PAUSE_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory):
-    kafka = EmbeddedKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True)
-    kafka.start(timeout_s=120)
-    try:
-        yield kafka
-    finally:
-        if kafka.running():
-            kafka.resume()
-        kafka.stop()
 
 
 def _metric(port: int, name: str) -> float | None:
@@ -60,15 +46,6 @@ def _wait_metric(port: int, name: str, ok, timeout_s: float) -> float | None:
             return value
         time.sleep(0.5)
     raise AssertionError(f"{name} never satisfied the condition in {timeout_s}s (last {value})")
-
-
-def _committed(bootstrap: str, topics: Topics, parts: list[int]) -> dict[int, int]:
-    consumer = KafkaClientConfig(bootstrap).consumer(topics.group)  # asks for its group; never joins
-    try:
-        got = consumer.committed([TopicPartition(topics.raw, p) for p in parts], timeout=10)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in got}
 
 
 class Supervised:
@@ -98,7 +75,7 @@ def _until_done(bootstrap: str, topics: Topics, ends: dict[int, int], proc: Supe
     while time.monotonic() < deadline:
         proc.check()
         try:
-            committed = _committed(bootstrap, topics, sorted(ends))
+            committed = committed_offsets(bootstrap, topics, sorted(ends))
         except Exception:
             committed = {}
         if committed and all(committed.get(p, -1) >= end for p, end in ends.items()):
@@ -119,7 +96,7 @@ def test_broker_outage_mid_stream_loses_and_duplicates_nothing(own_broker, tmp_p
     # Mid-stream: outputs are flowing, the input is not finished.
     _wait_metric(port, "txbuffer_changes_emitted_total", lambda v: v > 0, 120)
     ends = end_offsets(own_broker.bootstrap, topics.raw)
-    assert sum(_committed(own_broker.bootstrap, topics, sorted(ends)).values()) < sum(ends.values())
+    assert sum(committed_offsets(own_broker.bootstrap, topics, sorted(ends)).values()) < sum(ends.values())
     healthy = _wait_metric(port, "txbuffer_broker_contact_age_seconds", lambda v: v == v, 30)  # not NaN
     assert healthy < 15
 

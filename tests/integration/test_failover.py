@@ -15,41 +15,38 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
-from processor.kafka.client_config import CONSUMER_DEFAULTS
 from processor.kafka.end_offsets import end_offsets, start_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.testing.verify import read_topic, verify
 
-from .processor_kit import Topics, config, read_with_headers, run_args, start_processor
+from .processor_kit import (
+    Topics,
+    committed_offsets,
+    config,
+    feed,
+    log_events,
+    read_with_headers,
+    run_args,
+    start_processor,
+)
 
 pytestmark = pytest.mark.integration
 
 R = ev.raw_event
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_DEFAULTS})
-    try:
-        return {
-            tp.partition: tp.offset
-            for tp in consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        }
-    finally:
-        consumer.close()
-
-
-def wait_until_committed_at_end(bootstrap: str, group: str, topic: str, procs, timeout_s: float) -> dict:
-    ends = end_offsets(bootstrap, topic)
+def wait_until_committed_at_end(bootstrap: str, topics: Topics, procs, timeout_s: float) -> dict:
+    ends = end_offsets(bootstrap, topics.raw)
     deadline = time.monotonic() + timeout_s
     committed: dict[int, int] = {}
     while time.monotonic() < deadline:
         for proc in procs:
             assert proc.poll() is None, f"a survivor exited with {proc.returncode}"
-        committed = committed_offsets(bootstrap, group, topic, sorted(ends))
+        committed = committed_offsets(bootstrap, topics, sorted(ends))
         if all(committed.get(p, -1) >= end for p, end in ends.items()):
             return committed
         time.sleep(1.0)
@@ -99,17 +96,7 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
     writer = RawTopicWriter(broker.bootstrap, topics.raw, partitions=6)
     events = iter(gen)
 
-    def feed(n: int | None) -> None:
-        for i, event in enumerate(events):
-            if event["op"] == ev.HEARTBEAT:
-                writer.heartbeat(event["scn"], ts_ms=event["ts_ms"])
-            else:
-                writer.write(event)
-            if n is not None and i + 1 >= n:
-                break
-        writer.flush()
-
-    feed(40_000)
+    feed(writer, events, 40_000)
     logs = [tmp_path / f"instance-{i}.log" for i in range(3)]
     procs = [
         start_processor(config(broker.bootstrap, topics, tmp_path / f"state-{i}"), log_path=logs[i]) for i in range(3)
@@ -128,9 +115,9 @@ def test_three_instances_lose_one_and_the_survivors_finish(broker, tmp_path):
             if i != victim:
                 with open(logs[i], "a") as f:
                     f.write("chaos: victim killed\n")
-        feed(None)  # the rest, including work for the victim's partitions
+        feed(writer, events)  # the rest, including work for the victim's partitions
         survivors = [p for i, p in enumerate(procs) if i != victim]
-        wait_until_committed_at_end(broker.bootstrap, topics.group, topics.raw, survivors, timeout_s=180)
+        wait_until_committed_at_end(broker.bootstrap, topics, survivors, timeout_s=180)
         taken_over = set().union(
             *(assigned_partitions(logs[i], "chaos: victim killed") for i in range(3) if i != victim)
         )
@@ -178,14 +165,6 @@ def _run(cfg, *extra: str, log_path: Path, timeout_s: float = 120) -> int:
         return subprocess.run(run_args(cfg) + list(extra), stdout=out, stderr=out, timeout=timeout_s).returncode
 
 
-def _log_events(log_path: Path, event: str) -> list[dict]:
-    found = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        if line.startswith("{") and f'"{event}"' in line:
-            found.append(json.loads(line))
-    return found
-
-
 def _resync_records(bootstrap: str, topic: str) -> list[dict]:
     out = []
     for _, _, _, value in read_topic(bootstrap, topic):
@@ -201,7 +180,7 @@ def test_lost_state_fail_policy_stops_with_resync_record_and_dlq(broker, tmp_pat
     cfg = config(broker.bootstrap, topics, tmp_path / "state-a")
     log = tmp_path / "processor.log"
     assert _run(cfg, "--available-now", log_path=log) == 0
-    assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 0}  # t1 is open
+    assert committed_offsets(broker.bootstrap, topics, [0]) == {0: 0}  # t1 is open
 
     _delete_below(broker, topics.raw, 3)
     # Failover to an empty disk: the open t1's first events are gone from the log.
@@ -210,7 +189,7 @@ def test_lost_state_fail_policy_stops_with_resync_record_and_dlq(broker, tmp_pat
     assert code != 0, log.read_text()[-3000:]
     text = log.read_text()
     assert "LostStateError" in text and "below log start 3" in text, text[-3000:]
-    lost = _log_events(log, "partition.lost_state")
+    lost = log_events(log, "partition.lost_state")
     assert lost and lost[-1]["lost"] == 3 and lost[-1]["low_watermark"] == 0 and lost[-1]["policy"] == "fail"
 
     resync = _resync_records(broker.bootstrap, topics.transactions)
@@ -222,7 +201,7 @@ def test_lost_state_fail_policy_stops_with_resync_record_and_dlq(broker, tmp_pat
     headers = dlq[0][4]
     assert b"below log start 3" in headers["reason"] and headers["partition"] == b"0" and headers["offset"] == b"0"
     # Never continue silently: nothing moved the committed low watermark past the hole.
-    assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 0}
+    assert committed_offsets(broker.bootstrap, topics, [0]) == {0: 0}
 
 
 def test_lost_state_skip_policy_continues_and_counts_the_loss(broker, tmp_path):
@@ -241,9 +220,9 @@ def test_lost_state_skip_policy_continues_and_counts_the_loss(broker, tmp_path):
     cfg_b = config(broker.bootstrap, topics, tmp_path / "state-b")
     code = _run(cfg_b, "--available-now", "--lost-state-policy", "skip", log_path=log)
     assert code == 0, log.read_text()[-3000:]
-    done = _log_events(log, "run.done")
+    done = log_events(log, "run.done")
     assert done and done[-1]["lost_events"] == 3, done
-    lost = _log_events(log, "partition.lost_state")
+    lost = log_events(log, "partition.lost_state")
     assert lost and lost[-1]["policy"] == "skip"
     assert len(_resync_records(broker.bootstrap, topics.transactions)) == 1
     assert len(read_with_headers(broker.bootstrap, topics.dlq)) == 1
@@ -253,7 +232,7 @@ def test_lost_state_skip_policy_continues_and_counts_the_loss(broker, tmp_path):
     for c in changes:
         by_xid.setdefault(c["source"]["xid"], []).append(c["key"]["id"])
     assert by_xid.get("t3") == [300] and by_xid.get("t2") == [100], by_xid
-    assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 13}
+    assert committed_offsets(broker.bootstrap, topics, [0]) == {0: 13}
 
 
 def test_raw_topic_recreated_under_a_processor_is_not_continued_silently(broker, tmp_path):
@@ -312,7 +291,7 @@ def test_rebuild_does_not_dead_letter_the_tail_of_a_transaction_rolled_back_abov
     w.flush()
     log = tmp_path / "processor.log"
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
-    assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 2}  # t2 open
+    assert committed_offsets(broker.bootstrap, topics, [0]) == {0: 2}  # t2 open
     assert read_with_headers(broker.bootstrap, topics.dlq) == []
 
     w.write(R("t2", ev.COMMIT, 2, 8))  # 7
@@ -339,7 +318,7 @@ def test_rebuild_drops_a_late_duplicate_commit_like_the_local_store_does(broker,
     w.flush()
     log = tmp_path / "processor.log"
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-a"), "--available-now", log_path=log) == 0
-    assert committed_offsets(broker.bootstrap, topics.group, topics.raw, [0]) == {0: 3}
+    assert committed_offsets(broker.bootstrap, topics, [0]) == {0: 3}
     w.write(R("t1", ev.COMMIT, 2, 3))  # 3: re-sent
     w.flush()
     assert _run(config(broker.bootstrap, topics, tmp_path / "state-b"), "--available-now", log_path=log) == 0

@@ -9,7 +9,6 @@ transaction as finished and dropped its events as late: it never emitted a trans
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -18,35 +17,15 @@ from processor.core import events as ev
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.read import read_to_end
 
+from .processor_kit import Topics, config, run_args
+
 pytestmark = pytest.mark.integration
 
 
 def _run(bootstrap: str, raw: str, tag: str, state_dir, *extra: str) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "processor.cli",
-        "--log-format",
-        "json",
-        "run",
-        "--bootstrap",
-        bootstrap,
-        "--raw-topic",
-        raw,
-        "--group",
-        f"group-{tag}",
-        "--changes-topic",
-        f"changes-{tag}",
-        "--transactions-topic",
-        f"transactions-{tag}",
-        "--dlq-topic",
-        f"dlq-{tag}",
-        "--state-dir",
-        str(state_dir),
-        "--available-now",
-        *extra,
-    ]  # no --outcomes-topic: the default is under test
-    done = subprocess.run(args, capture_output=True, timeout=180)
+    topics = Topics(raw, f"changes-{tag}", f"transactions-{tag}", f"dlq-{tag}", f"group-{tag}")
+    args = run_args(config(bootstrap, topics, state_dir), outcomes_topic=False)  # the default is under test
+    done = subprocess.run([*args, "--available-now", *extra], capture_output=True, timeout=180)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
 
 

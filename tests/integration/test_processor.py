@@ -9,17 +9,15 @@ import time
 
 import psutil
 import pytest
-from confluent_kafka import TopicPartition
 
 from processor.core import events as ev
-from processor.kafka.client_config import KafkaClientConfig
 from processor.kafka.end_offsets import end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.runner import Runner
 from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import read_topic, verify
 
-from .processor_kit import Topics, config, read_with_headers, start_processor, write_workload
+from .processor_kit import Topics, committed_offsets, config, feed, read_with_headers, start_processor, write_workload
 
 pytestmark = pytest.mark.integration
 
@@ -44,15 +42,6 @@ def test_generated_workload_is_emitted_exactly(broker, tmp_path):
     assert run.committed == summary["committed"] and run.changes_emitted == summary["changes"]
 
 
-def _committed(bootstrap: str, topics: Topics) -> dict[int, int]:
-    consumer = KafkaClientConfig(bootstrap).consumer(topics.group)
-    try:
-        parts = [TopicPartition(topics.raw, p) for p in end_offsets(bootstrap, topics.raw)]
-        return {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=30)}
-    finally:
-        consumer.close()
-
-
 def test_restart_on_same_state_dir_resumes_without_reemitting(broker, tmp_path):
     topics = Topics.fresh()
     expected = tmp_path / "expected"
@@ -65,23 +54,12 @@ def test_restart_on_same_state_dir_resumes_without_reemitting(broker, tmp_path):
     else:
         # --available-now may finish before any assignment when the group's committed offsets are
         # already at every partition's end (available_now.py): check that this is why.
-        assert _committed(broker.bootstrap, topics) == end_offsets(broker.bootstrap, topics.raw)
+        ends = end_offsets(broker.bootstrap, topics.raw)
+        assert committed_offsets(broker.bootstrap, topics, ends, timeout_s=30) == ends
     assert second.changes_emitted == 0 and first.changes_emitted > 0
     report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
     assert_exact(report)
     assert report.duplicates_before_dedup == 0
-
-
-def _write(writer: RawTopicWriter, events, n: int | None) -> None:
-    """The next n events of a workload iterator (all of them: None) onto the raw topic."""
-    for i, event in enumerate(events):
-        if event["op"] == ev.HEARTBEAT:
-            writer.heartbeat(event["scn"], ts_ms=event["ts_ms"])
-        else:
-            writer.write(event)
-        if n is not None and i + 1 >= n:
-            break
-    writer.flush()
 
 
 def test_restart_on_empty_state_dir_rebuilds_from_low_watermark(broker, tmp_path):
@@ -92,13 +70,13 @@ def test_restart_on_empty_state_dir_rebuilds_from_low_watermark(broker, tmp_path
     # Many open transactions keep the low watermark far behind the head when the disk is lost.
     events = iter(WorkloadGenerator(20_000, seed=5, expected_dir=expected, open_txns=300))
     writer = RawTopicWriter(broker.bootstrap, topics.raw, 4)
-    _write(writer, events, 10_000)
+    feed(writer, events, 10_000)
     state = tmp_path / "state"
     cfg = config(broker.bootstrap, topics, state, available_now=True)
     first_half = sum(end_offsets(broker.bootstrap, topics.raw).values())
     Runner(cfg).run()
     shutil.rmtree(state)
-    _write(writer, events, None)  # the rest: what the first half left open commits or rolls back now
+    feed(writer, events)  # the rest: what the first half left open commits or rolls back now
     second_half = sum(end_offsets(broker.bootstrap, topics.raw).values()) - first_half
     rebuilt = Runner(cfg).run()
     assert set(rebuilt.restores.values()) == {"rebuild-empty"}
