@@ -14,7 +14,6 @@ commits no input offset the outputs do not cover.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -23,37 +22,30 @@ import uuid
 
 import pytest
 import structlog
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import OFFSET_INVALID
 
 from processor.core import events as ev
 from processor.kafka.admin import ensure_topics
 from processor.kafka.client_config import KafkaClientConfig
-from processor.kafka.embedded import EmbeddedKafka
 from processor.runtime import runner as runner_module
 from processor.runtime.runner import Runner
 from processor.testing.verify import verify
 
-from .processor_kit import Topics, config, start_processor, write_workload
+from .processor_kit import Topics, committed_offsets, config, log_events, start_processor, write_workload
 
 pytestmark = pytest.mark.integration
 
 
-def committed_offsets(bootstrap: str, topics: Topics, partitions: int = 4) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topics.group})
-    try:
-        tps = [TopicPartition(topics.raw, p) for p in range(partitions)]
-        return {tp.partition: tp.offset for tp in c.committed(tps, timeout=20)}
-    finally:
-        c.close()
+def _committed(bootstrap: str, topics: Topics) -> dict[int, int]:
+    return committed_offsets(bootstrap, topics, range(4), timeout_s=20)  # write_workload's 4 partitions
 
 
 def wait_for_log(path, event: str, timeout_s: float, proc) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if path.exists():
-            for line in path.read_text(errors="replace").splitlines():
-                if line.startswith("{") and f'"{event}"' in line:
-                    return json.loads(line)
+        found = log_events(path, event) if path.exists() else []
+        if found:
+            return found[0]
         assert proc.poll() is None, f"exited with {proc.returncode}: {path.read_text()[-3000:]}"
         time.sleep(0.2)
     raise AssertionError(f"no {event} within {timeout_s}s: {path.read_text()[-3000:]}")
@@ -91,7 +83,7 @@ def test_sigterm_during_an_index_rebuild_held_by_an_open_transaction_exits_at_on
     assert took < 10, f"{took:.1f}s after SIGTERM"  # before: the read waited out its 300 s
     stopped = wait_for_log(log_path, "run.stop_interrupts", 1, proc)
     assert stopped["section"] == "index rebuild"
-    assert set(committed_offsets(broker.bootstrap, topics).values()) == {OFFSET_INVALID}  # nothing committed
+    assert set(_committed(broker.bootstrap, topics).values()) == {OFFSET_INVALID}  # nothing committed
 
 
 class StuckOffsets:
@@ -126,7 +118,7 @@ def test_sigterm_during_a_stuck_exactly_once_commit_exits_within_the_bound_commi
 
     def end_batch_then_get_stuck(offsets, consumer):
         if runner.delivery.committed_batches >= 3 and not stuck.is_set():
-            before.update(committed_offsets(broker.bootstrap, topics))  # the last committed batch's
+            before.update(_committed(broker.bootstrap, topics))  # the last committed batch's
             stuck.set()
         return end_batch(offsets, consumer)
 
@@ -156,20 +148,7 @@ def test_sigterm_during_a_stuck_exactly_once_commit_exits_within_the_bound_commi
     events = [e["event"] for e in logs]
     assert "run.stopped" in events and "run.partitions_abandoned" in events, events[-20:]
     assert any(v >= 0 for v in before.values()), before  # three batches did commit offsets
-    assert committed_offsets(broker.bootstrap, topics) == before
-
-
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory):
-    """A broker of its own: this test SIGSTOPs it."""
-    kafka = EmbeddedKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True)
-    kafka.start(timeout_s=180)
-    try:
-        yield kafka
-    finally:
-        if kafka.running():
-            kafka.resume()
-        kafka.stop()
+    assert _committed(broker.bootstrap, topics) == before
 
 
 def test_sigterm_while_the_broker_hangs_bounds_the_closing_drains_and_loses_nothing(own_broker, tmp_path):
