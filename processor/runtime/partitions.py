@@ -24,6 +24,8 @@ from processor.runtime.lost_state import below_log_start, beyond_log_end, handle
 
 log = structlog.get_logger(__name__)
 
+REVOKE_PROBE_S = 2.0  # a revoke commits only after the cluster answered a metadata request this fast
+
 
 class Phase(enum.Enum):
     ASSIGNED = "assigned"
@@ -238,6 +240,16 @@ class Partitions:
 
     # ------------------------------------------------------------------ revoke / lost
 
+    def _broker_answers(self) -> bool:
+        """True when the cluster answers a metadata request for the raw topic within REVOKE_PROBE_S.
+        Asked through the producer: a consumer call nested in the consumer's own rebalance callback
+        loses confluent-kafka's call state, and its next callback aborts the process."""
+        try:
+            self.dispatcher.producer.list_topics(self.cfg.raw_topic, timeout=REVOKE_PROBE_S)
+        except Exception:  # KafkaException(_TIMED_OUT, _TRANSPORT, ...): treated alike
+            return False
+        return True
+
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.last_rebalance = time.monotonic()
         revoked = [tp.partition for tp in partitions if tp.partition in self.held]
@@ -258,10 +270,16 @@ class Partitions:
             # (delivery.py); the last committed batch already holds these.
             pass
         elif offsets and self.offsets.outputs_durable():
-            try:
-                consumer.commit(offsets=offsets, asynchronous=False)
-            except Exception as exc:  # the group may already have moved on; the store still has it
-                log.warning("partition.revoke_commit_failed", error=str(exc))
+            if not self._broker_answers():
+                # A synchronous commit to a hung broker never returns (librdkafka gives it no
+                # timeout, and a stop cannot cut a wait inside the consumer's close). The next owner
+                # re-reads from the last committed offsets: at-least-once, deduplicated by event_id.
+                log.warning("partition.revoke_commit_skipped", reason=f"no metadata answer in {REVOKE_PROBE_S:g}s")
+            else:
+                try:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+                except Exception as exc:  # the group may already have moved on; the store still has it
+                    log.warning("partition.revoke_commit_failed", error=str(exc))
         elif offsets:
             # Outcome records or dead letters are not acknowledged yet (e.g. the broker is hung):
             # the next owner re-reads from the older watermark rather than past unrecorded outcomes.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import socket
+import threading
 import time
 from typing import Any
 
@@ -310,14 +311,40 @@ class Runner:
                 self.partitions.checkpoint_all()
         finally:
             self._finalise_summary()
+            closed = False
             try:
                 with self._closing_step("consumer close"):
-                    self.consumer.close()  # revokes: commits each held partition's low watermark
+                    closed = self._close_consumer()  # revokes: commits each held partition's low watermark
             finally:
                 if not abandon:
                     with self._closing_step("producer flush") as budget:
                         self.producer.flush(budget)
-                self.store.close()
+                if closed:
+                    self.store.close()
+                else:  # the revoke may still run on the close thread: leave the store to the WAL
+                    log.warning("run.store_left_open", reason="consumer close cut short")
+
+    def _close_consumer(self) -> bool:
+        """consumer.close() on a thread of its own, waited for in slices that a stop's grace can cut
+        (Stopping): librdkafka's close waits without a timeout for its requests to a hung broker
+        (seen: > 90 s with the broker SIGSTOPped). True once it returned."""
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                self.consumer.close()
+            except BaseException as exc:  # handed to the main thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=close, name="consumer-close", daemon=True).start()
+        while not done.wait(0.1):
+            pass
+        if failure:
+            raise failure[0]
+        return True
 
     def _closing_step(self, what: str) -> _ClosingStep:
         """A close step: bounded by the stop's remaining budget once a stop was requested."""
