@@ -3,8 +3,9 @@
 # PartitionEngine.apply_records hands it the poll batch of one partition. It applies records for
 # as long as each is a plain change of an open transaction (INSERT, UPDATE, DELETE or READ that
 # validates, no undo flag, an open transaction whose identity is known and that is not filtered,
-# no table filter configured): the raw bytes go to the batch under the event key, plus the row_id
-# and subxid index entries, exactly as PartitionEngine._change writes them. It stops at the first
+# no table filter configured): the raw bytes go to the batch (or the transaction's staged writes)
+# under the event key, plus the row_id and subxid index entries, exactly as PartitionEngine._change
+# writes them. It stops at the first
 # record it does not handle and returns its index; the engine applies that one on the Python path.
 
 from cpython.bytes cimport PyBytes_AS_STRING as _BUF
@@ -110,11 +111,19 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
             ts = vals[I_TS_MS]
             if ts > last_ts:
                 last_ts = ts
-            put(event_key, value)
-            if row_key is not None:
-                put(row_key, b"")
-            if sub_key is not None:
-                put(sub_key, b"")
+            staged = txn.staged
+            if staged is None:
+                put(event_key, value)
+                if row_key is not None:
+                    put(row_key, b"")
+                if sub_key is not None:
+                    put(sub_key, b"")
+            else:  # begun in this batch: staged until the checkpoint (PartitionEngine._spill)
+                (<dict>staged)[event_key] = value
+                if row_key is not None:
+                    (<dict>staged)[row_key] = b""
+                if sub_key is not None:
+                    (<dict>staged)[sub_key] = b""
             txn.events += 1
             txn.bytes += PyBytes_GET_SIZE(value)
             next_offset = offset + 1

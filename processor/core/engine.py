@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from typing import Any
 
 from processor.core import codec, incomplete, keys, stored
@@ -25,6 +26,8 @@ __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", 
 
 FORMAT_VERSION = 4  # 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array
 _DONE = struct.Struct(">Q")
+# Ops that read a transaction's buffered events back from the store (a staged one is spilled first).
+_READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_ABORT}
 
 
 class PartitionEngine:
@@ -49,6 +52,7 @@ class PartitionEngine:
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
         self._pos_dirty = False
+        self._staging: list[Txn] = []  # transactions begun in this batch: their writes may be staged
         # The compiled lane applies plain changes; a table filter sends every record to apply().
         self._lane = None if filters.include_tables or filters.exclude_tables else codec.buffer_changes
 
@@ -129,6 +133,8 @@ class PartitionEngine:
             self._identify(txn, e)
         if op == ev.BEGIN:
             return []
+        if txn.staged is not None and (op in _READS_BACK or (op in ev.CHANGE_OPS and e["undo"])):
+            self._spill(txn)  # these read the transaction's buffered events back from the store
 
         if op in ev.CHANGE_OPS:
             return self._change(txn, offset, key, value, e, body_at)
@@ -161,6 +167,8 @@ class PartitionEngine:
 
     def _open(self, xid: str, offset: int, e: codec.RawFields) -> Txn:
         txn = Txn(self.partition, xid, offset, first_ts_ms=e["ts_ms"])
+        txn.staged = {}
+        self._staging.append(txn)
         self.open[xid] = txn
         self._dirty.add(xid)
         return txn
@@ -182,7 +190,7 @@ class PartitionEngine:
             self.stats.filtered_changes += 1
             return []
         seq = e["seq"]
-        put = self.batch.put
+        put = self.batch.put if txn.staged is None else txn.staged.__setitem__
         put(keys.event_key(txn.prefix, seq), value)  # the raw bytes: see stored.py
         sb = keys.seq_bytes(seq)
         if e["row_id"] and e["op"] in ev.ROW_OPS:
@@ -409,8 +417,34 @@ class PartitionEngine:
         self._dirty.add(txn.xid)
 
     def _drop_all(self, txn: Txn) -> None:
-        self.batch.delete_range(txn.prefix, keys.upper_bound(txn.prefix))
+        if txn.staged is None:
+            self.batch.delete_range(txn.prefix, keys.upper_bound(txn.prefix))
+        else:
+            txn.staged = None  # never spilled: the store holds nothing of it
         txn.events = txn.bytes = 0
+
+    # ------------------------------------------------------------------ staging
+    # A transaction begun in this batch keeps its writes in txn.staged; the batch's checkpoint
+    # spills them into its WriteBatch (so the store then holds every unfinished transaction, as
+    # before), and one that finishes within the batch (commit, emit, acknowledge; or roll back)
+    # never touches the store. Memory stays bounded by one poll batch. The ops that read a
+    # transaction's events back (undo, fragments, partial rollbacks) spill it first; once spilled,
+    # it writes to the store directly.
+
+    def _spill(self, txn: Txn) -> None:
+        staged, txn.staged = txn.staged, None
+        if staged:
+            put = self.batch.put
+            for key, value in staged.items():
+                put(key, value)
+
+    def buffered(self, txn: Txn, begin: bytes, end: bytes) -> Iterable[tuple[bytes, Any]]:
+        """The transaction's (key, value) pairs in [begin, end), in key order: staged or stored.
+        The store's range must be flushed (flush_data) before."""
+        staged = txn.staged
+        if staged is None:
+            return self.store.scan(begin, end)
+        return sorted(item for item in staged.items() if begin <= item[0] < end)
 
     def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
         self.completed[xid] = (offset, outcome)
@@ -456,6 +490,11 @@ class PartitionEngine:
 
     def checkpoint(self) -> None:
         """Write data, transaction metadata, completed index and position in one batch."""
+        if self._staging:
+            for txn in self._staging:
+                if txn.staged is not None:
+                    self._spill(txn)
+            self._staging.clear()
         if not (len(self.batch) or self._dirty or self._pos_dirty):
             return  # an idle loop writes nothing
         for xid in self._dirty:

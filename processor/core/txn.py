@@ -1,7 +1,9 @@
 """In-memory metadata of one transaction: small and fixed-size, whatever the transaction's size.
 
 The changes themselves live in the store; this holds what the engine needs to route events and
-what the emitter needs to resume (the emit cursor).
+what the emitter needs to resume (the emit cursor). A transaction that began in the current poll
+batch keeps its changes in `staged` until the batch's checkpoint spills them to the store: one
+that also ends in that batch never touches the store (PartitionEngine, "staging").
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import builtins
 import json
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from processor.core import keys
 
@@ -46,6 +49,8 @@ class Txn:
     acked_seq: int = -1
     acked_count: int = 0
     acked_tables: dict[str, int] = field(default_factory=dict)
+    # Store writes of a transaction begun in this batch, key -> value, not yet spilled; never persisted.
+    staged: dict[bytes, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.prefix:
@@ -74,5 +79,5 @@ class Txn:
         return txn
 
 
-_PERSISTED = tuple(f.name for f in fields(Txn) if f.name not in ("prefix", "commit"))
+_PERSISTED = tuple(f.name for f in fields(Txn) if f.name not in ("prefix", "commit", "staged"))
 _encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode

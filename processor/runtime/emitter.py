@@ -127,7 +127,7 @@ class Emitter:
             else:
                 begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
                 following = stream.next
-                for _, raw in engine.store.scan(begin, keys.upper_bound(txn.prefix + keys.EVENT)):
+                for _, raw in engine.buffered(txn, begin, keys.upper_bound(txn.prefix + keys.EVENT)):
                     out = following(raw)
                     if out is None:
                         continue

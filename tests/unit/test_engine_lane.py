@@ -133,7 +133,7 @@ def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes():
     engine.apply_records([Record(0, b"x", values[0]), Record(1, b"x", values[1])])  # BEGIN, first identity: apply()
     i = codec.buffer_changes(engine, [Record(2, b"x", values[2])], 0, engine.open, engine.batch.put)
     assert i == 1  # taken by the lane
-    engine.flush_data()
+    engine.checkpoint()  # the transaction began in this batch: its writes are staged until here
     prefix = engine.open["x"].prefix
     assert store.get(prefix + b"\x00" + (2).to_bytes(8, "big")) == values[2]
     assert store.get(prefix + b"\x01" + b"\x00\x02r1" + (1).to_bytes(8, "big")) == b""
