@@ -108,6 +108,7 @@ def bench_spark(
     }
     spark = spark_session(app="txbuffer-bench", conf=conf)
     startup_s = time.monotonic() - t1
+    cpu0 = jvm_cpu_seconds(spark)
     try:
         summary = run_job(
             bootstrap,
@@ -122,6 +123,7 @@ def bench_spark(
             until_rows=None if trigger == "available-now" else n_changes,
             merge_threads=merge_threads,
         )
+        query_cpu_s = jvm_cpu_seconds(spark) - cpu0
         rows = sum(row_counts(f"{work}/lake").values())
         changelog_rows = read_changelog(f"{work}/lake", ["event_id"]).num_rows
         merges = merge_history(spark, f"file://{work}/lake")
@@ -139,6 +141,10 @@ def bench_spark(
         "batch_durations_ms": summary.get("batch_durations"),  # addBatch = the Delta writes
         "query_seconds": summary["seconds"],
         "changes_per_s": round(summary["input_rows"] / summary["seconds"], 1),
+        # CPU the Spark JVM spent in the query (driver and executor threads): less swayed by the other
+        # work on a shared machine than the wall-clock rate.
+        "query_cpu_seconds": round(query_cpu_s, 1),
+        "cpu_us_per_change": round(1e6 * query_cpu_s / max(1, summary["input_rows"]), 1),
         "records_per_s": round(summary["input_rows"] / summary["seconds"], 1),
         "spark_startup_seconds": round(startup_s, 2),
         "produce_seconds": round(produce_s, 2),
@@ -156,6 +162,14 @@ def bench_spark(
     }
     log.info("bench.spark", **{k: v for k, v in result.items() if k not in ("writes", "merges")})
     return result
+
+
+def jvm_cpu_seconds(spark) -> float:
+    """CPU time (user + system) of the Spark JVM so far, every thread: driver and local executor."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def log_end_total(bootstrap: str, topic: str) -> int:
