@@ -1,0 +1,86 @@
+"""The steady workload in process, without Kafka: one partition's share of `bench.run`'s steady input
+(interleaved small transactions, 10% rolled back) applied in poll-sized batches by
+PartitionEngine.apply_records on RocksDB, committed transactions released by the Emitter into a
+sink that only counts, settled and checkpointed per batch, as the runner does. CPU µs per event
+for the buffer side (apply + checkpoint) and the emit side (release, END, finish): the project's own
+cost, apart from librdkafka's consume and produce.
+
+    .venv/bin/python -m bench.steady_inproc --events 400000 [--batch 5000]
+
+Under `py-spy record --native -o out.json -f speedscope -- python -m bench.steady_inproc` it shows
+the C frames too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+
+from bench.huge_inproc import Record
+from bench.workloads import SmallTxns
+from processor.core.actions import Committed
+from processor.core.engine import Filters, PartitionEngine
+from processor.runtime.emitter import Emitter
+from processor.store.rocks import RocksStore
+
+
+class CountingSink:
+    """Takes outputs like a producer that is always settled: a failure callback is never called."""
+
+    def __init__(self) -> None:
+        self.changes = self.transactions = 0
+
+    def send_change(self, key, value, on_ack) -> None:
+        self.changes += 1
+
+    def send_transaction(self, key, value, on_ack) -> None:
+        self.transactions += 1
+
+    def settled(self) -> bool:
+        return True
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="bench.steady_inproc")
+    p.add_argument("--events", type=int, default=400_000)
+    p.add_argument("--batch", type=int, default=5000, help="records per apply_records call (the poll batch)")
+    p.add_argument("--open", type=int, default=50, help="open transactions at once (the steady bench's 200 / 4)")
+    a = p.parse_args()
+    src = SmallTxns("st-", 1, open_txns=a.open)
+    records = []
+    for xid, value, _kind in src.events(lambda: len(records) >= a.events):
+        records.append(Record(len(records), xid.encode(), value))
+    gc.freeze()  # as the runner does: the startup heap is never collected
+    with tempfile.TemporaryDirectory() as state:
+        store = RocksStore(state)
+        engine = PartitionEngine(0, store, Filters())
+        sink = CountingSink()
+        emitter = Emitter(sink)
+        buffer_s = emit_s = 0.0
+        for i in range(0, len(records), a.batch):
+            t0 = time.process_time()
+            actions = engine.apply_records(records[i : i + a.batch])
+            engine.flush_data()
+            t1 = time.process_time()
+            for action in actions:
+                if isinstance(action, Committed):
+                    emitter.release(engine, action.txn)
+            emitter.advance(settled=True)
+            t2 = time.process_time()
+            engine.checkpoint()
+            t3 = time.process_time()
+            buffer_s += (t1 - t0) + (t3 - t2)
+            emit_s += t2 - t1
+        store.close()
+    n = len(records)
+    print(
+        f"events={n} changes_out={sink.changes} transactions_out={sink.transactions} "
+        f"buffer {1e6 * buffer_s / n:.2f} CPU µs/event, emit {1e6 * emit_s / n:.2f} CPU µs/event, "
+        f"total {1e6 * (buffer_s + emit_s) / n:.2f} ({n / (buffer_s + emit_s):,.0f} events per CPU second)"
+    )
+
+
+if __name__ == "__main__":
+    main()
