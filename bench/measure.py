@@ -41,7 +41,9 @@ class RssSampler(threading.Thread):
         self.interval_s = interval_s
         self.peak = 0
         self.samples = 0
-        self.cpu: list[tuple[float, float]] = []  # (epoch s, CPU s of the process itself), every sample
+        # (epoch s, CPU s of the process itself, CPU s of its main thread), every sample: the main
+        # thread runs the Python loop, the others are librdkafka's (and RocksDB's) own threads.
+        self.cpu: list[tuple[float, float, float]] = []
         self._halt = threading.Event()
 
     def rss_now(self) -> int:
@@ -60,17 +62,19 @@ class RssSampler(threading.Thread):
     def cpu_now(self) -> None:
         try:
             t = self.proc.cpu_times()
+            main = next((th.user_time + th.system_time for th in self.proc.threads() if th.id == self.proc.pid), 0.0)
         except psutil.Error:
             return
-        self.cpu.append((time.time(), t.user + t.system))
+        self.cpu.append((time.time(), t.user + t.system, main))
 
-    def cpu_between(self, start: float | None, end: float | None) -> float | None:
-        """CPU seconds the process used between two instants (epoch s), from the nearest samples:
-        a load-independent cost, where wall-clock rates on a shared machine are not."""
+    def cpu_between(self, start: float | None, end: float | None, column: int = 1) -> float | None:
+        """CPU seconds the process (column 2: its main thread) used between two instants (epoch s),
+        from the nearest samples: a load-independent cost, where wall-clock rates on a shared
+        machine are not."""
         if start is None or end is None or len(self.cpu) < 2:
             return None
-        before = [c for t, c in self.cpu if t <= start] or [self.cpu[0][1]]
-        after = [c for t, c in self.cpu if t >= end] or [self.cpu[-1][1]]
+        before = [c[column] for c in self.cpu if c[0] <= start] or [self.cpu[0][column]]
+        after = [c[column] for c in self.cpu if c[0] >= end] or [self.cpu[-1][column]]
         return after[0] - before[-1]
 
     def run(self) -> None:
@@ -96,6 +100,7 @@ class ProcResult:
     summary: dict = field(default_factory=dict)
     log_tail: list = field(default_factory=list)
     cpu_after_join_s: float | None = None  # CPU seconds from the last assignment to done
+    cpu_main_after_join_s: float | None = None  # of which the main thread's (the Python loop)
 
     def first(self, event: str) -> float | None:
         ts = self.markers.get(event)
@@ -219,7 +224,8 @@ class Proc:
         start = markers.get("partition.assigned", [None])[-1]
         done = markers.get("run.available_now_done", [None])[0]
         cpu = self.rss.cpu_between(start, done)
-        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu)
+        cpu_main = self.rss.cpu_between(start, done, column=2)
+        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu, cpu_main)
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):

@@ -123,7 +123,15 @@ class AtLeastOnce:
         if emitter.unsettled:
             # Serves the failure reports too: advance raises for any before a settlement counts.
             self.settling_flushes += 1
-            emitter.advance(settled=self.producer.flush(self.flush_timeout_s) == 0)
+            settled = self.producer.flush(self.flush_timeout_s) == 0
+            emitter.advance(settled=settled)
+            if settled and emitter.unsettled:
+                # The settlement released ENDs: settle them too, so their transactions finish in this
+                # batch. Left to the next batch, they would be unfinished at this batch's checkpoint,
+                # which then spills their staged changes to the store only to delete them a batch
+                # later; and the flush sends the ENDs now, not after the producer's linger.
+                self.settling_flushes += 1
+                emitter.advance(settled=self.producer.flush(self.flush_timeout_s) == 0)
         else:
             self.producer.poll(0)  # error callbacks
             emitter.advance()

@@ -126,19 +126,35 @@ class FlushCountingProducer:
         return 0
 
 
-def test_at_least_once_settles_a_batch_that_sent_outputs_by_one_flush_and_an_idle_one_by_none():
+def test_at_least_once_settles_a_batch_by_two_flushes_and_an_idle_one_by_none():
     sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
     emitter = Emitter(sink)
     producer = FlushCountingProducer(sink.queued)
     delivery = AtLeastOnce(producer, emitter)
     emitter.release(engine, commit(engine, "a", 2))
     delivery.end_batch(list, None)
-    assert producer.flushes == 1 and sink.sent[-1] == "END"  # flushed and settled: END goes out
-    assert "a" in engine.pending  # its END settles with the next batch
-    delivery.end_batch(list, None)
-    assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
+    # The first flush settles the changes, which sends END; the second settles END: the transaction
+    # finishes within its batch, before the checkpoint (which would otherwise spill it to the store).
+    assert producer.flushes == 2 and sink.sent[-1] == "END"
+    assert not engine.pending and not emitter.unsettled
     delivery.end_batch(list, None)
     assert producer.flushes == 2  # nothing sent: no flush
+
+
+class StuckProducer(FlushCountingProducer):
+    def flush(self, timeout=None):
+        self.flushes += 1
+        return len(self.queue)  # nothing delivered within the timeout
+
+
+def test_at_least_once_does_not_flush_twice_when_the_first_flush_did_not_settle():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    producer = StuckProducer(sink.queued)
+    delivery = AtLeastOnce(producer, emitter)
+    emitter.release(engine, commit(engine, "a", 2))
+    delivery.end_batch(list, None)
+    assert producer.flushes == 1 and "END" not in sink.sent and "a" in engine.pending
 
 
 def test_a_record_the_broker_never_takes_stays_unsettled_until_its_failure_report_raises():
