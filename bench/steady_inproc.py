@@ -47,8 +47,9 @@ def main() -> None:
     p.add_argument("--events", type=int, default=400_000)
     p.add_argument("--batch", type=int, default=5000, help="records per apply_records call (the poll batch)")
     p.add_argument("--open", type=int, default=50, help="open transactions at once (the steady bench's 200 / 4)")
+    p.add_argument("--avg", type=int, default=10, help="mean changes per transaction")
     a = p.parse_args()
-    src = SmallTxns("st-", 1, open_txns=a.open)
+    src = SmallTxns("st-", 1, open_txns=a.open, avg=a.avg)
     records = []
     for xid, value, _kind in src.events(lambda: len(records) >= a.events):
         records.append(Record(len(records), xid.encode(), value))
