@@ -27,6 +27,13 @@ def ext_modules() -> list:
         if cythonize is not None and pyx.exists():
             sources.append(Extension(name, [str(pyx)], optional=True))
         elif c_file.exists():
+            # Without Cython the generated C is compiled as it is: refuse one older than its sources
+            # (an edited .pyx or .pxi would otherwise be silently ignored).
+            newer = [
+                p for p in (pyx, *pyx.parent.glob("*.pxi")) if p.exists() and p.stat().st_mtime > c_file.stat().st_mtime
+            ]
+            if newer:
+                raise SystemExit(f"{c_file} is older than {newer[0]}: install Cython>=3 to regenerate it")
             generated.append(Extension(name, [str(c_file)], optional=True))
     if not sources:
         return generated
