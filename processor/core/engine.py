@@ -491,9 +491,9 @@ class PartitionEngine:
     def checkpoint(self) -> None:
         """Write data, transaction metadata, completed index and position in one batch."""
         if self._staging:
-            for txn in self._staging:
-                if txn.staged is not None:
-                    self._spill(txn)
+            for begun in self._staging:
+                if begun.staged is not None:
+                    self._spill(begun)
             self._staging.clear()
         if not (len(self.batch) or self._dirty or self._pos_dirty):
             return  # an idle loop writes nothing

@@ -50,7 +50,7 @@ class Txn:
     acked_count: int = 0
     acked_tables: dict[str, int] = field(default_factory=dict)
     # Store writes of a transaction begun in this batch, key -> value, not yet spilled; never persisted.
-    staged: dict[bytes, Any] | None = field(default=None, compare=False, repr=False)
+    staged: dict[builtins.bytes, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.prefix:
