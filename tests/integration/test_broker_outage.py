@@ -19,9 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.chaos_checks import own_pass
 from processor.kafka.embedded import free_port
 from processor.kafka.end_offsets import end_offsets
+from processor.kafka.rawtopic import RawTopicWriter
 from processor.runtime.status import from_url
+from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import verify
-from tests.integration.processor_kit import Topics, committed_offsets, config, start_processor, write_workload
+from tests.integration.processor_kit import Topics, committed_offsets, config, feed, start_processor
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -90,13 +92,17 @@ def test_broker_outage_mid_stream_loses_and_duplicates_nothing(own_broker, tmp_p
     expected = tmp_path / "expected"
     log = tmp_path / "processor.log"
     cfg = config(own_broker.bootstrap, topics, tmp_path / "state")
-    write_workload(own_broker.bootstrap, topics.raw, expected, events=40_000, seed=3, open_txns=50)
+    # Half the workload before the outage, the rest after it: the transactions the first half leaves
+    # open stay buffered through the outage and commit or roll back after it. (Written whole, the
+    # input could be read to its end before the outage began.)
+    events = iter(WorkloadGenerator(40_000, seed=3, expected_dir=expected, open_txns=50))
+    feed(RawTopicWriter(own_broker.bootstrap, topics.raw, 4), events, 20_000)
     port = free_port()
     proc = Supervised(cfg, port, log)
-    # Mid-stream: outputs are flowing, the input is not finished.
+    # Mid-stream: outputs are flowing, and open transactions hold the committed low watermark back.
     _wait_metric(port, "txbuffer_changes_emitted_total", lambda v: v > 0, 120)
-    ends = end_offsets(own_broker.bootstrap, topics.raw)
-    assert sum(committed_offsets(own_broker.bootstrap, topics, sorted(ends)).values()) < sum(ends.values())
+    half = end_offsets(own_broker.bootstrap, topics.raw)
+    assert sum(committed_offsets(own_broker.bootstrap, topics, sorted(half)).values()) < sum(half.values())
     healthy = _wait_metric(port, "txbuffer_broker_contact_age_seconds", lambda v: v == v, 30)  # not NaN
     assert healthy < 15
 
@@ -119,7 +125,9 @@ def test_broker_outage_mid_stream_loses_and_duplicates_nothing(own_broker, tmp_p
         own_broker.start(timeout_s=120)  # same data dir, same ports
     assert age > 12
 
-    _until_done(own_broker.bootstrap, topics, ends, proc, timeout_s=300)  # the input is all written
+    feed(RawTopicWriter(own_broker.bootstrap, topics.raw, 4), events)  # the rest, once the broker is back
+    ends = end_offsets(own_broker.bootstrap, topics.raw)
+    _until_done(own_broker.bootstrap, topics, ends, proc, timeout_s=300)
     # Contact is back (the age fell again) and the processor stops cleanly.
     _wait_metric(port, "txbuffer_broker_contact_age_seconds", lambda v: v < 15, 60)
     assert proc.stop() == 0, log.read_text()[-3000:]
