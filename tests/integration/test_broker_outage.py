@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.chaos_checks import own_pass
+from processor.kafka.admin import KafkaUnavailable
 from processor.kafka.embedded import free_port
 from processor.kafka.end_offsets import end_offsets
 from processor.kafka.rawtopic import RawTopicWriter
@@ -125,7 +126,18 @@ def test_broker_outage_mid_stream_loses_and_duplicates_nothing(own_broker, tmp_p
         own_broker.start(timeout_s=120)  # same data dir, same ports
     assert age > 12
 
-    feed(RawTopicWriter(own_broker.bootstrap, topics.raw, 4), events)  # the rest, once the broker is back
+    # The rest, once the broker answers again: the processor's contact age falls first (a broker just
+    # thawed from SIGSTOP may still refuse a new client's metadata request for a while).
+    _wait_metric(port, "txbuffer_broker_contact_age_seconds", lambda v: v < 15, 120)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            writer = RawTopicWriter(own_broker.bootstrap, topics.raw, 4)
+            break
+        except KafkaUnavailable:
+            if time.monotonic() > deadline:
+                raise
+    feed(writer, events)
     ends = end_offsets(own_broker.bootstrap, topics.raw)
     _until_done(own_broker.bootstrap, topics, ends, proc, timeout_s=300)
     # Contact is back (the age fell again) and the processor stops cleanly.
