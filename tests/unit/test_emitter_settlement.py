@@ -126,13 +126,19 @@ class FlushCountingProducer:
         return 0
 
 
-def test_at_least_once_settles_a_batch_by_two_flushes_and_an_idle_one_by_none():
+def ended_batch(producer_type: type) -> tuple:
+    """One at_least_once batch that released transaction "a" (2 changes), ended on producer_type."""
     sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
     emitter = Emitter(sink)
-    producer = FlushCountingProducer(sink.queued)
+    producer = producer_type(sink.queued)
     delivery = AtLeastOnce(producer, emitter)
     emitter.release(engine, commit(engine, "a", 2))
     delivery.end_batch(list, None)
+    return sink, engine, emitter, producer, delivery
+
+
+def test_at_least_once_settles_a_batch_by_two_flushes_and_an_idle_one_by_none():
+    sink, engine, emitter, producer, delivery = ended_batch(FlushCountingProducer)
     # The first flush settles the changes, which sends END; the second settles END: the transaction
     # finishes within its batch, before the checkpoint (which would otherwise spill it to the store).
     assert producer.flushes == 2 and sink.sent[-1] == "END"
@@ -148,12 +154,7 @@ class StuckProducer(FlushCountingProducer):
 
 
 def test_at_least_once_does_not_flush_twice_when_the_first_flush_did_not_settle():
-    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
-    emitter = Emitter(sink)
-    producer = StuckProducer(sink.queued)
-    delivery = AtLeastOnce(producer, emitter)
-    emitter.release(engine, commit(engine, "a", 2))
-    delivery.end_batch(list, None)
+    sink, engine, _emitter, producer, _delivery = ended_batch(StuckProducer)
     assert producer.flushes == 1 and "END" not in sink.sent and "a" in engine.pending
 
 
