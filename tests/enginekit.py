@@ -17,6 +17,22 @@ def make_store(kind: str, tmp_path) -> Store:
     return MemoryStore() if kind == "memory" else RocksStore(tmp_path / "store")
 
 
+class Record:
+    """What a consumer hands the engine: offset(), key(), value()."""
+
+    def __init__(self, offset: int, key: bytes | None, value: bytes | None):
+        self._offset, self._key, self._value = offset, key, value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
 @dataclass
 class Run:
     engine: PartitionEngine

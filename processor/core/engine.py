@@ -24,7 +24,16 @@ from processor.core.validation import misplaced, validate
 
 __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", "Stats", "validate"]
 
-FORMAT_VERSION = 4  # 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array
+# 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array;
+# 5: staged transactions outlive their batch ("replay_to" in the position record).
+FORMAT_VERSION = 5
+# A staged transaction is spilled once it began this many offsets before the checkpoint: this bounds
+# both what staging holds in memory (at most this many records plus one poll batch) and what a
+# restart re-reads to rebuild it.
+STAGE_HORIZON = 20_000
+# ...and once it has been open this long in source time, so that a transaction that stays open (the
+# one `txbuffer status` and the metrics are watched for) is in the store, not only in memory.
+STAGE_MAX_AGE_MS = 10_000
 _DONE = struct.Struct(">Q")
 # Ops that read a transaction's buffered events back from the store (a staged one is spilled first).
 _READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_ABORT}
@@ -33,7 +42,14 @@ _READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_
 class PartitionEngine:
     """Transaction state of one raw partition. Not thread-safe; one loop drives it."""
 
-    def __init__(self, partition: int, store: Store, filters: Filters = Filters(), min_completed: int = 10000):
+    def __init__(
+        self,
+        partition: int,
+        store: Store,
+        filters: Filters = Filters(),
+        min_completed: int = 10000,
+        stage_horizon: int = STAGE_HORIZON,
+    ):
         self.partition = partition
         self.store = store
         self.filters = filters
@@ -52,7 +68,12 @@ class PartitionEngine:
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
         self._pos_dirty = False
-        self._staging: list[Txn] = []  # transactions begun in this batch: their writes may be staged
+        self._staging: list[Txn] = []  # transactions whose writes may be staged (see "staging" below)
+        self.stage_horizon = stage_horizon
+        # After a restore: records below _replay_to are re-read only to rebuild the transactions that
+        # were staged (not in the store); those of transactions the store knows are skipped.
+        self._replay_to = 0
+        self._replay_known: frozenset[str] = frozenset()
         # The compiled lane applies plain changes; a table filter sends every record to apply().
         self._lane = None if filters.include_tables or filters.exclude_tables else codec.buffer_changes
 
@@ -69,7 +90,7 @@ class PartitionEngine:
         actions: list[Action] = []
         lane, n, i = self._lane, len(records), 0
         while i < n:
-            if lane is not None:
+            if lane is not None and self.next_offset >= self._replay_to:
                 i = lane(self, records, i, self.open, self.batch.put)
                 if i == n:
                     break
@@ -85,13 +106,16 @@ class PartitionEngine:
         self.next_offset = offset + 1
         self._pos_dirty = True
         self.stats.events += 1
+        replaying = offset < self._replay_to
         try:
             e = codec.decode_raw_view(value or b"")  # compiled: bytes validated, fields decoded on access
         except ev.DecodeError as exc:
-            return self._dead(offset, key, value, str(exc))
+            return [] if replaying else self._dead(offset, key, value, str(exc))
         problem = validate(e) or misplaced(key, e["xid"])
         if problem:
-            return self._dead(offset, key, value, problem)
+            return [] if replaying else self._dead(offset, key, value, problem)  # dead-lettered when first read
+        if replaying and (e["op"] == ev.HEARTBEAT or e["xid"] in self._replay_known or e["xid"] in self.completed):
+            return []  # the store holds its effect already
         return self.apply_decoded(offset, key, value or b"", e, e.body_at)
 
     def apply_decoded(
@@ -125,9 +149,11 @@ class PartitionEngine:
             del self.open[xid]
             self._forget_incomplete(xid)  # the new attempt brings its own markers
             self.stats.restarts += 1
-            first_offset = txn.first_offset
+            first_offset, was_stored = txn.first_offset, txn.staged is None
             txn = self._open(xid, offset, e)
             txn.first_offset = first_offset
+            if was_stored:
+                txn.staged = None  # the first attempt's metadata is in the store: this one replaces it there
 
         if not txn.identity_seen and (e["user"] is not None or e["client"] is not None):
             self._identify(txn, e)
@@ -424,19 +450,48 @@ class PartitionEngine:
         txn.events = txn.bytes = 0
 
     # ------------------------------------------------------------------ staging
-    # A transaction begun in this batch keeps its writes in txn.staged; the batch's checkpoint
-    # spills them into its WriteBatch (so the store then holds every unfinished transaction, as
-    # before), and one that finishes within the batch (commit, emit, acknowledge; or roll back)
-    # never touches the store. Memory stays bounded by one poll batch. The ops that read a
-    # transaction's events back (undo, fragments, partial rollbacks) spill it first; once spilled,
-    # it writes to the store directly.
+    # A transaction keeps its writes in txn.staged, in memory, from its BEGIN until it finishes or
+    # a checkpoint spills it: one that commits, is emitted and acknowledged (or rolls back) before
+    # then never touches the store. A checkpoint spills the committed ones (a restart emits pending
+    # transactions from the store, in commit order) and those that began more than stage_horizon
+    # offsets ago; that bounds memory and the re-read below. The store then holds every other
+    # transaction it knows, and the position record says where a restart must re-read from to
+    # rebuild the staged ones: next_offset is the first offset of the oldest staged transaction,
+    # replay_to the offset the store is complete to for all others (apply() skips their records
+    # below it). The ops that read a transaction's events back (undo, fragments, partial rollbacks)
+    # spill it first; once spilled, it writes to the store directly.
 
     def _spill(self, txn: Txn) -> None:
         staged, txn.staged = txn.staged, None
+        self._dirty.add(txn.xid)  # now in the store: its metadata goes there with it
         if staged:
             put = self.batch.put
             for key, value in staged.items():
                 put(key, value)
+
+    def _spill_due(self, spill_all: bool) -> int:
+        """Spill what must not stay staged past this checkpoint; return the offset a restart must
+        re-read from (the first offset of the oldest transaction still staged, else next_offset)."""
+        resume = self.next_offset
+        if self._staging:
+            horizon = self.next_offset - self.stage_horizon
+            born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
+            kept = []
+            for txn in self._staging:
+                if txn.staged is None:
+                    continue  # finished, or spilled already
+                if (
+                    spill_all
+                    or txn.commit is not None
+                    or txn.first_offset < horizon
+                    or 0 < txn.first_ts_ms < born_before
+                ):
+                    self._spill(txn)
+                else:
+                    kept.append(txn)
+                    resume = min(resume, txn.first_offset)
+            self._staging = kept
+        return resume
 
     def buffered(self, txn: Txn, begin: bytes, end: bytes) -> Iterable[tuple[bytes, Any]]:
         """The transaction's (key, value) pairs in [begin, end), in key order: staged or stored.
@@ -464,6 +519,11 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ positions
 
+    def applied_to(self) -> int:
+        """The next offset a running engine applies; after a restore that re-reads staged
+        transactions, the offset the store was complete to (it continues from there)."""
+        return max(self.next_offset, self._replay_to)
+
     def low_watermark(self) -> int:
         """The input offset to commit: first offset of the oldest unfinished transaction, else next."""
         firsts = [t.first_offset for t in self.open.values()]
@@ -488,13 +548,14 @@ class PartitionEngine:
             self.store.write(self.batch)
             self.batch = self.store.batch()
 
-    def checkpoint(self) -> None:
-        """Write data, transaction metadata, completed index and position in one batch."""
-        if self._staging:
-            for begun in self._staging:
-                if begun.staged is not None:
-                    self._spill(begun)
-            self._staging.clear()
+    def checkpoint(self, spill_all: bool = False) -> None:
+        """Write data, transaction metadata, completed index and position in one batch. spill_all
+        (a clean stop, a revoke): staged transactions too, so a restart has nothing to re-read."""
+        if self.next_offset < self._replay_to:
+            # Still re-reading after a restore: the store's position already covers these records
+            # for every transaction it knows, so it stays where it is until the re-read is done.
+            return
+        resume = self._spill_due(spill_all)
         if not (len(self.batch) or self._dirty or self._pos_dirty):
             return  # an idle loop writes nothing
         for xid in self._dirty:
@@ -502,15 +563,18 @@ class PartitionEngine:
             mkey = keys.meta_key(self.partition, xid)
             if txn is None:
                 self.batch.delete(mkey)
-            else:
+            elif txn.staged is None:
                 self.batch.put(mkey, txn.to_bytes())
+            # else staged: not in the store; a restart rebuilds it from the raw topic
         self._dirty.clear()
         self._prune_completed()
         pos: dict[str, Any] = {
-            "next_offset": self.next_offset,
+            "next_offset": resume,
             "watermark": self.watermark,
             "version": FORMAT_VERSION,
         }
+        if resume < self.next_offset:
+            pos["replay_to"] = self.next_offset
         if self.incomplete:
             pos["incomplete"] = self.incomplete
         self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
@@ -529,7 +593,12 @@ class PartitionEngine:
 
     @classmethod
     def restore(
-        cls, partition: int, store: Store, filters: Filters = Filters(), min_completed: int = 10000
+        cls,
+        partition: int,
+        store: Store,
+        filters: Filters = Filters(),
+        min_completed: int = 10000,
+        stage_horizon: int = STAGE_HORIZON,
     ) -> PartitionEngine | None:
         """Load a partition's state, or None when the store holds no position for it."""
         raw_pos = store.get(keys.pos_key(partition))
@@ -538,8 +607,9 @@ class PartitionEngine:
         pos = json.loads(raw_pos)
         if pos.get("version") != FORMAT_VERSION:
             return None  # written by another format: rebuilt, never misread
-        eng = cls(partition, store, filters, min_completed)
+        eng = cls(partition, store, filters, min_completed, stage_horizon)
         eng.next_offset, eng.watermark = pos["next_offset"], pos["watermark"]
+        eng._replay_to = pos.get("replay_to", 0)
         eng.incomplete = {str(x): list(v) for x, v in pos.get("incomplete", {}).items()}
         pending = []
         for _, raw in store.scan_prefix(keys.partition_prefix(keys.META, partition)):
@@ -550,6 +620,9 @@ class PartitionEngine:
                 pending.append(txn)
         for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
+        eng._replay_known = frozenset(eng.open) | frozenset(eng.pending)
+        if eng._replay_to:  # a staged transaction's markers come back with its re-read records
+            eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._replay_known}
         for fkey, _ in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
             offset, xid = keys.fifo_decode(fkey)
             eng.fifo.append((offset, xid))

@@ -260,7 +260,7 @@ class Partitions:
         offsets = []
         for p in revoked:
             state = self.held.pop(p)
-            state.engine.checkpoint()
+            state.engine.checkpoint(spill_all=True)  # the next owner may restore this store
             offsets.append(TopicPartition(self.cfg.raw_topic, p, state.engine.low_watermark()))
             self.dispatcher.drop_partition(state.engine)
             state.move(Phase.CLOSED)
@@ -301,9 +301,10 @@ class Partitions:
         consumer.incremental_unassign(partitions)
         self.on_change()
 
-    def checkpoint_all(self) -> None:
+    def checkpoint_all(self, spill_all: bool = False) -> None:
+        """spill_all at a stop: staged transactions go to the store too, so a restart re-reads nothing."""
         for state in self.held.values():
-            state.engine.checkpoint()
+            state.engine.checkpoint(spill_all)
 
     def low_watermarks(self) -> dict[int, int]:
         return {p: state.engine.low_watermark() for p, state in self.held.items()}

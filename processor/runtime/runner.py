@@ -161,7 +161,7 @@ class Runner:
                         self._abandon_old_transactions()
                     with self.stop.interruptible("final drain", COMMIT_GRACE_S):
                         self.dispatcher.drain(timeout_s=60)
-                    p.checkpoint_all()
+                    p.checkpoint_all(spill_all=True)
                     if self.delivery.commits_offsets_itself and not self._final_commit():
                         continue  # a rebalance is under way: decide again once it is over
                     log.info("run.available_now_done")
@@ -308,7 +308,7 @@ class Runner:
             else:
                 with self._closing_step("close drain") as budget:
                     self.dispatcher.drain(timeout_s=budget)
-                self.partitions.checkpoint_all()
+                self.partitions.checkpoint_all(spill_all=True)
         finally:
             self._finalise_summary()
             closed = False

@@ -39,6 +39,9 @@ class PartitionStatus:
     low_watermark: int | None = None
     next_offset: int | None = None
     watermark: int | None = None
+    # State dir only: a restart re-reads from here to rebuild transactions that were staged in memory
+    # (begun less than the staging bounds before the last checkpoint); the counts above omit them.
+    reread_from: int | None = None
 
 
 @dataclass
@@ -209,8 +212,9 @@ def _engine_row(engine: PartitionEngine, now_ms: int) -> PartitionStatus:
         buffered_events=engine.buffered_events(),
         buffered_bytes=engine.buffered_bytes(),
         low_watermark=engine.low_watermark(),
-        next_offset=engine.next_offset,
+        next_offset=engine.applied_to(),
         watermark=engine.watermark,
+        reread_from=engine.next_offset if engine.next_offset < engine.applied_to() else None,
     )
 
 

@@ -412,7 +412,7 @@ def test_restore_resumes_open_and_unacknowledged_transactions(store):
     run.sink.ack_all()
     run.emitter.advance()
     assert [t["status"] for t in run.transactions] == ["BEGIN"]
-    run.engine.checkpoint()
+    run.engine.checkpoint(spill_all=True)  # as the runner's close does: staged transactions go to the store
 
     from processor.core.engine import PartitionEngine
     from processor.runtime.emitter import Emitter

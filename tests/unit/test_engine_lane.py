@@ -11,25 +11,10 @@ from processor.core import codec
 from processor.core import events as ev
 from processor.core.engine import Filters, PartitionEngine
 from processor.store.memory import MemoryStore
+from tests.enginekit import Record
 from tests.unit.test_engine_properties import op_sequences
 
 pytestmark = pytest.mark.skipif(codec.BACKEND != "compiled", reason="the lane is compiled")
-
-
-class Record:
-    """What a consumer hands the engine: offset(), key(), value()."""
-
-    def __init__(self, offset: int, key: bytes | None, value: bytes | None):
-        self._offset, self._key, self._value = offset, key, value
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
 
 
 def state_of(engine: PartitionEngine, store: MemoryStore) -> tuple:
@@ -133,7 +118,7 @@ def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes():
     engine.apply_records([Record(0, b"x", values[0]), Record(1, b"x", values[1])])  # BEGIN, first identity: apply()
     i = codec.buffer_changes(engine, [Record(2, b"x", values[2])], 0, engine.open, engine.batch.put)
     assert i == 1  # taken by the lane
-    engine.checkpoint()  # the transaction began in this batch: its writes are staged until here
+    engine.checkpoint(spill_all=True)  # the transaction is staged: its writes reach the store when spilled
     prefix = engine.open["x"].prefix
     assert store.get(prefix + b"\x00" + (2).to_bytes(8, "big")) == values[2]
     assert store.get(prefix + b"\x01" + b"\x00\x02r1" + (1).to_bytes(8, "big")) == b""

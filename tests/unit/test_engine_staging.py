@@ -1,7 +1,8 @@
-"""Staging (PartitionEngine, processor/core/engine.py): a transaction begun in the current batch keeps
-its writes in memory until the batch's checkpoint spills them; one that also finishes in that batch
-never touches the store. At every checkpoint the store holds every unfinished transaction's events,
-so a restart from the store resumes exactly as before."""
+"""Staging (PartitionEngine, processor/core/engine.py): a transaction keeps its writes in memory from its
+BEGIN until it finishes or a checkpoint spills it (committed, past the offset horizon or the age
+bound, or at a stop); one that finishes first never touches the store. The store's position then
+says where a restart re-reads from to rebuild the staged ones, and records of the transactions the
+store holds are not applied twice."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from processor.core.engine import Committed, PartitionEngine
 from processor.runtime.emitter import Emitter
 from processor.testing.memsink import MemorySink
 
-from .test_engine_lane import Record
+from ..enginekit import Record
 
 
 def change(xid: str, seq: int, op: str = ev.INSERT, row_id: str = "", **kw) -> dict:
@@ -62,27 +63,83 @@ def test_a_transaction_that_ends_in_its_batch_never_reaches_the_store(store, fee
     assert store.get(keys.meta_key(0, "x")) is None
 
 
-def test_a_transaction_still_open_at_the_checkpoint_is_spilled_and_survives_a_restart(store, feed):
+def test_a_transaction_open_at_a_checkpoint_stays_staged_and_a_restart_re_reads_it(store, feed):
     engine = PartitionEngine(0, store)
-    feed(engine, records(ev.raw_event("x", ev.BEGIN, 0, 1), change("x", 1), change("x", 2, subxid="s")))
-    txn = engine.open["x"]
-    engine.flush_data()
-    assert stored_events(store, txn.prefix) == []
+    recs = records(
+        ev.raw_event("y", ev.BEGIN, 0, 0),
+        change("y", 1, row_id="r1"),
+        change("y", 2, op=ev.UPDATE, row_id="r1"),
+        ev.raw_event("x", ev.BEGIN, 0, 0),  # offset 3
+        change("x", 1),
+        change("y", 3, op=ev.UPDATE, undo=True, row_id="r1"),  # reads y back: spills it, undoes seq 2
+        change("x", 2, subxid="s"),
+    )
+    feed(engine, recs)
     engine.checkpoint()
-    assert txn.staged is None
-    assert len(stored_events(store, txn.prefix)) == 5  # 2 events, 2 row_id entries, 1 subxid entry
-    # The next batch writes the spilled transaction's changes straight to the store.
-    feed(engine, records(change("x", 3), start=3))
-    engine.flush_data()
-    assert len(stored_events(store, txn.prefix)) == 7
-    engine.checkpoint()
+    x, y = engine.open["x"], engine.open["y"]
+    assert x.staged is not None and stored_events(store, x.prefix) == []  # still in memory
+    assert y.staged is None and len(stored_events(store, y.prefix)) == 3  # seq 1 and the row_id entries
+    assert store.get(keys.meta_key(0, "x")) is None and store.get(keys.meta_key(0, "y")) is not None
+
     restored = PartitionEngine.restore(0, store)
-    assert restored is not None and list(restored.open) == ["x"]
-    feed(restored, records(ev.raw_event("x", ev.COMMIT, 4, 4), start=4))
+    assert restored is not None and list(restored.open) == ["y"]
+    assert (restored.next_offset, restored.applied_to(), restored.low_watermark()) == (3, 7, 0)
+    # The consumer re-reads from offset 3: x is rebuilt, y's records there (the undo) are not applied twice.
+    recs += records(ev.raw_event("x", ev.COMMIT, 3, 3), ev.raw_event("y", ev.COMMIT, 4, 4), start=len(recs))
+    committed = [a.txn for a in feed(restored, recs[restored.next_offset :]) if isinstance(a, Committed)]
+    assert [t.xid for t in committed] == ["x", "y"]
+    assert committed[0].events == 2
     restored.flush_data()
     emitter = Emitter(MemorySink())
-    emitter.release(restored, restored.pending["x"])
-    assert [c["source"]["seq"] for c in emitter.sink.change_events()] == [1, 2, 3]
+    for txn in committed:
+        emitter.release(restored, txn)
+    assert [(c["source"]["xid"], c["source"]["seq"]) for c in emitter.sink.change_events()] == [
+        ("x", 1),
+        ("x", 2),
+        ("y", 1),
+    ]
+
+
+@pytest.mark.parametrize("why", ["horizon", "age", "spill_all"])
+def test_a_staged_transaction_is_spilled_past_the_horizon_or_age_or_when_asked(store, feed, why):
+    engine = PartitionEngine(0, store, stage_horizon=5)
+    recs = records(ev.raw_event("x", ev.BEGIN, 0, 0, ts_ms=1_000), change("x", 1))
+    later = 20_000 if why == "age" else 1_000
+    others = 5 if why == "horizon" else 1
+    recs += records(*(ev.raw_event(f"o{i}", ev.BEGIN, 0, 0, ts_ms=later) for i in range(others)), start=2)
+    feed(engine, recs)
+    engine.checkpoint(spill_all=why == "spill_all")
+    x = engine.open["x"]
+    assert x.staged is None and len(stored_events(store, x.prefix)) == 2
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and "x" in restored.open and restored.open["x"].events == 1
+
+
+def test_a_staged_transaction_within_its_bounds_stays_in_memory(store, feed):
+    engine = PartitionEngine(0, store, stage_horizon=5)
+    feed(engine, records(ev.raw_event("x", ev.BEGIN, 0, 0, ts_ms=1_000), change("x", 1), change("x", 2)))
+    engine.checkpoint()
+    assert engine.open["x"].staged is not None
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and restored.open == {} and restored.next_offset == 0
+
+
+def test_nothing_is_checkpointed_until_the_re_read_is_done(store, feed):
+    engine = PartitionEngine(0, store)
+    recs = records(ev.raw_event("x", ev.BEGIN, 0, 0), change("x", 1), change("x", 2), change("x", 3))
+    feed(engine, recs)
+    engine.checkpoint()
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and (restored.next_offset, restored.applied_to()) == (0, 4)
+    feed(restored, recs[:2])
+    restored.checkpoint()  # part way: the store's position must not move (it covers offsets 0..3)
+    again = PartitionEngine.restore(0, store)
+    assert again is not None and (again.next_offset, again.applied_to()) == (0, 4)
+    feed(restored, recs[2:])
+    restored.checkpoint()
+    assert restored.open["x"].events == 3
+    again = PartitionEngine.restore(0, store)
+    assert again is not None and (again.next_offset, again.applied_to()) == (0, 4)  # x is staged again
 
 
 def test_a_committed_transaction_not_acknowledged_by_the_checkpoint_is_spilled(store, feed):

@@ -183,7 +183,7 @@ def test_exactly_once_restore_rebuilds_even_when_a_local_store_exists():
     store = MemoryStore()
     engine = PartitionEngine(0, store)
     engine.apply(0, b"a", ev.encode_raw(ev.raw_event("a", ev.INSERT, 1, 1, table="s.t", key={"id": 1})))
-    engine.checkpoint()
+    engine.checkpoint(spill_all=True)
     trusted = restore_partition(0, store, Filters(), 10, committed=0, log_start=0)
     assert trusted.source == "local" and trusted.start_offset == 1
     rebuilt = restore_partition(0, store, Filters(), 10, committed=0, log_start=0, trust_local=False)

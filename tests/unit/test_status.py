@@ -31,6 +31,7 @@ def state_dir(tmp_path):
     Partition 2: everything finished. The store stays open, as under a running processor."""
     store = RocksStore(tmp_path / "store")
     p0 = new_run(store, partition=0)
+    p0.engine.stage_horizon = 0  # every open transaction in the store, as any open for a while is
     p0.feed(
         ins("a", 1, 1),
         ins("a", 2, 2),
@@ -79,6 +80,16 @@ def test_status_cli_json_for_a_state_dir(state_dir, capsys):
     assert by_part[0]["open_txns"] == 2 and by_part[0]["low_watermark"] == 3
     assert by_part[2]["open_txns"] == 0 and by_part[2]["low_watermark"] == 4
     assert doc["totals"]["buffered_events"] == 3
+
+
+def test_state_dir_status_says_where_a_restart_re_reads_staged_transactions(tmp_path):
+    store = RocksStore(tmp_path / "store")
+    run = new_run(store)  # default staging: 'b', open from offset 3, is still in memory at the checkpoint
+    run.feed(ins("a", 1, 1), R("a", ev.COMMIT, 2, 10), R("hb", ev.HEARTBEAT, 0, 11), R("b", ev.BEGIN, 0, 12))
+    run.feed(ins("b", 1, 2), R("hb", ev.HEARTBEAT, 0, 13))
+    store.close()
+    (p0,) = from_state_dir(tmp_path).partitions
+    assert (p0.open_txns, p0.next_offset, p0.reread_from, p0.low_watermark) == (0, 6, 3, 3)
 
 
 def test_state_dir_status_never_writes_to_the_store(state_dir):
