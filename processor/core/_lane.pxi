@@ -140,6 +140,37 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
     return i
 
 
+cdef inline int _bytes_cmp(bytes a, bytes b) noexcept:
+    """memcmp order, as Python compares bytes."""
+    cdef Py_ssize_t na = PyBytes_GET_SIZE(a), nb = PyBytes_GET_SIZE(b)
+    cdef int c = memcmp(_BUF(a), _BUF(b), na if na < nb else nb)
+    if c != 0:
+        return c
+    return (na > nb) - (na < nb)
+
+
+def staged_range(dict staged, bytes begin, bytes end):
+    """The (key, value) pairs of a transaction's staged writes with begin <= key < end, in key order
+    (PartitionEngine.buffered). Sources mostly send seqs in order, so a sort is rarely needed."""
+    cdef list out = []
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef bint ordered = True
+    cdef bytes key, last = None
+    while PyDict_Next(staged, &pos, &k, &v):
+        key = <bytes><object>k
+        if _bytes_cmp(key, begin) < 0 or _bytes_cmp(key, end) >= 0:
+            continue
+        if last is not None and _bytes_cmp(key, last) < 0:
+            ordered = False
+        out.append((key, <object>v))
+        last = key
+    if not ordered:
+        out.sort()
+    return out
+
+
 def partition_runs(list records):
     """({partition: its records in order}, [records carrying an error]) of one poll batch."""
     cdef dict runs = {}

@@ -18,6 +18,7 @@ API (identical on both backends):
   change_stream(writer, produced, tables) -> ChangeStream   one committed transaction's ChangeEvents
   buffer_changes(engine, records, i, open_txns, put) -> int the engine's fast lane (compiled only)
   partition_runs(records) -> ({partition: records}, errors)  a poll batch split by partition
+  staged_range(staged, begin, end) -> [(key, value)]     a staged transaction's writes in key order
 
 A RawView is one RawEvent validated to its last byte: every field as an attribute or
 view["name"], `raw` (the record's bytes), `body_at` (where key/before/after/ddl start, the part
@@ -39,6 +40,7 @@ import structlog
 from . import events as _ev
 from .codec_py import PyChangeStream, no_lane
 from .codec_py import partition_runs as py_partition_runs
+from .codec_py import staged_range as py_staged_range
 from .events import DecodeError
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "encode_raw",
     "encode_transaction",
     "partition_runs",
+    "staged_range",
 ]
 
 log = structlog.get_logger(__name__)
@@ -303,6 +306,7 @@ change_key: Callable[[str | None, dict[str, Any] | None], bytes]
 change_stream: Callable[[Any, int, dict[str, int]], Any]
 buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
+staged_range: Callable[[dict[bytes, Any], bytes, bytes], list[tuple[bytes, Any]]]
 decode_raw_view: Callable[[bytes], RawView]
 _view_batch: Callable[[Iterable[bytes | None]], list[Any]]
 decode_raw: Callable[[bytes], dict[str, Any]]
@@ -321,6 +325,7 @@ if _codecs is not None:
     change_stream = _codecs["module"].ChangeStream
     buffer_changes = _codecs["module"].buffer_changes
     partition_runs = _codecs["module"].partition_runs
+    staged_range = _codecs["module"].staged_range
     decode_raw_view = _codecs["raw_event"].view
     _view_batch = _codecs["raw_event"].view_batch
     decode_raw, encode_raw = _codecs["raw_event"].decode, _codecs["raw_event"].encode
@@ -335,6 +340,7 @@ else:
     change_stream = partial(PyChangeStream, view=_py_view)
     buffer_changes = no_lane
     partition_runs = py_partition_runs
+    staged_range = py_staged_range
     decode_raw_view = _py_view
     _view_batch = _py_view_batch
     decode_raw, encode_raw = _ev.decode_raw, _ev.encode_raw

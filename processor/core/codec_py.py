@@ -40,6 +40,10 @@ def no_lane(engine: Any, records: list[Any], i: int, open_txns: dict[str, Any], 
     return i
 
 
+def staged_range(staged: dict[bytes, Any], begin: bytes, end: bytes) -> list[tuple[bytes, Any]]:
+    return sorted(item for item in staged.items() if begin <= item[0] < end)
+
+
 def partition_runs(records: list[Any]) -> tuple[dict[int, list[Any]], list[Any]]:
     runs: dict[int, list[Any]] = {}
     errors = []

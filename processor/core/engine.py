@@ -8,7 +8,6 @@ finished); the runtime performs them. The rules are those of docs/semantics.md.
 from __future__ import annotations
 
 import json
-import struct
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Any
@@ -25,7 +24,8 @@ from processor.core.validation import misplaced, validate
 __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", "Stats", "validate"]
 
 # 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array;
-# 5: staged transactions outlive their batch ("replay_to" in the position record).
+# 5: staged transactions outlive their batch ("replay_to" in the position record), and the
+# completed index is its FIFO keys alone (the outcome is their value; no DONE keys).
 FORMAT_VERSION = 5
 # A staged transaction is spilled once it began this many offsets before the checkpoint: this bounds
 # both what staging holds in memory (at most this many records plus one poll batch) and what a
@@ -34,7 +34,6 @@ STAGE_HORIZON = 20_000
 # ...and once it has been open this long in source time, so that a transaction that stays open (the
 # one `txbuffer status` and the metrics are watched for) is in the store, not only in memory.
 STAGE_MAX_AGE_MS = 10_000
-_DONE = struct.Struct(">Q")
 # Ops that read a transaction's buffered events back from the store (a staged one is spilled first).
 _READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_ABORT}
 
@@ -499,13 +498,12 @@ class PartitionEngine:
         staged = txn.staged
         if staged is None:
             return self.store.scan(begin, end)
-        return sorted(item for item in staged.items() if begin <= item[0] < end)
+        return codec.staged_range(staged, begin, end)
 
     def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
         self.completed[xid] = (offset, outcome)
         self.fifo.append((offset, xid))
-        self.batch.put(keys.done_key(self.partition, xid), _DONE.pack(offset) + outcome.encode())
-        self.batch.put(keys.fifo_key(self.partition, offset, xid), b"")
+        self.batch.put(keys.fifo_key(self.partition, offset, xid), outcome.encode())
         self._dirty.add(xid)
         return Finished(self.partition, xid, offset, outcome)
 
@@ -588,7 +586,6 @@ class PartitionEngine:
             offset, xid = self.fifo.popleft()
             if self.completed.get(xid, (None,))[0] == offset:
                 del self.completed[xid]
-                self.batch.delete(keys.done_key(self.partition, xid))
             self.batch.delete(keys.fifo_key(self.partition, offset, xid))
 
     @classmethod
@@ -623,11 +620,10 @@ class PartitionEngine:
         eng._replay_known = frozenset(eng.open) | frozenset(eng.pending)
         if eng._replay_to:  # a staged transaction's markers come back with its re-read records
             eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._replay_known}
-        for fkey, _ in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
+        for fkey, outcome in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
             offset, xid = keys.fifo_decode(fkey)
             eng.fifo.append((offset, xid))
-        for dkey, raw in store.scan_prefix(keys.partition_prefix(keys.DONE, partition)):
-            eng.completed[keys.xid_of_prefixed(dkey)] = (_DONE.unpack_from(raw)[0], raw[8:].decode())
+            eng.completed[xid] = (offset, outcome.decode())  # in completion order: the newest entry wins
         return eng
 
     @staticmethod

@@ -11,8 +11,8 @@ Everything a transaction buffers lives under one prefix, ``TXN | partition | xid
 Per-partition metadata lives under other prefixes, so it survives transaction range deletes:
 
     META p(4) xidlen(2) xid   -> transaction metadata (open or committed-not-yet-acknowledged)
-    DONE p(4) xidlen(2) xid   -> completed index entry (completion offset, outcome)
-    FIFO p(4) offset(8) xid   -> b"" (completed index in completion order, for pruning)
+    FIFO p(4) offset(8) xid   -> outcome (the completed index, in completion order, for pruning)
+    DONE p(4) xidlen(2) xid   -> (format 4 and older only; wiped with the rest when a partition is rebuilt)
     POS  p(4)                 -> partition position (applied offset, watermark, format version)
 """
 
@@ -84,10 +84,6 @@ def meta_key(partition: int, xid: str) -> bytes:
     return META + _part(partition) + _str(xid)
 
 
-def done_key(partition: int, xid: str) -> bytes:
-    return DONE + _part(partition) + _str(xid)
-
-
 def fifo_key(partition: int, offset: int, xid: str) -> bytes:
     return FIFO + _part(partition) + _Q.pack(offset) + xid.encode()
 
@@ -95,12 +91,6 @@ def fifo_key(partition: int, offset: int, xid: str) -> bytes:
 def fifo_decode(key: bytes) -> tuple[int, str]:
     offset = _Q.unpack_from(key, 5)[0]
     return offset, key[13:].decode()
-
-
-def xid_of_prefixed(key: bytes) -> str:
-    """The xid of a META or DONE key."""
-    (n,) = _H.unpack_from(key, 5)
-    return key[7 : 7 + n].decode()
 
 
 def pos_key(partition: int) -> bytes:

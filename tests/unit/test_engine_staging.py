@@ -7,8 +7,10 @@ store holds are not applied twice."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from processor.core import codec, keys
+from processor.core import codec, codec_py, keys
 from processor.core import events as ev
 from processor.core.engine import Committed, PartitionEngine
 from processor.runtime.emitter import Emitter
@@ -158,7 +160,7 @@ def test_a_committed_transaction_not_acknowledged_by_the_checkpoint_is_spilled(s
 def test_a_rolled_back_transaction_of_the_batch_writes_no_range_delete(store, feed):
     engine = PartitionEngine(0, store)
     feed(engine, records(ev.raw_event("x", ev.BEGIN, 0, 1), change("x", 1), ev.raw_event("x", ev.ROLLBACK, 2, 2)))
-    assert len(engine.batch) == 2  # its completed-index entries; no event put, no range delete
+    assert len(engine.batch) == 1  # its completed-index entry; no event put, no range delete
     engine.checkpoint()
     assert stored_events(store, keys.txn_prefix(0, "x")) == []
     assert engine.completed["x"][1] == "rolled_back"
@@ -192,3 +194,13 @@ def test_an_op_that_reads_the_transaction_back_spills_it_first(store, feed, read
     emitter = Emitter(MemorySink())
     emitter.release(engine, txn)
     assert [c["source"]["seq"] for c in emitter.sink.change_events()] == survivors
+
+
+SHORT_BYTES = st.binary(max_size=4)
+
+
+@given(staged=st.dictionaries(SHORT_BYTES, st.integers(), max_size=30), begin=SHORT_BYTES, end=SHORT_BYTES)
+def test_the_staged_range_is_the_sorted_slice_of_the_staged_writes(staged, begin, end):
+    # codec.staged_range is compiled (C byte comparisons, a sort only when out of order) or this.
+    assert codec.staged_range(staged, begin, end) == codec_py.staged_range(staged, begin, end)
+    assert codec_py.staged_range(staged, begin, end) == sorted((k, v) for k, v in staged.items() if begin <= k < end)
