@@ -66,14 +66,30 @@ FILTERS = [
     filters=st.sampled_from(FILTERS),
     cuts=st.lists(st.integers(0, 80), max_size=4),
     extras=st.lists(
-        st.sampled_from(["dup", "garbage", "none", "other_table", "no_key", "user", "misplaced"]), max_size=6
+        st.sampled_from(
+            [
+                "dup",
+                "garbage",
+                "none",
+                "other_table",
+                "no_key",
+                "user",
+                "misplaced",
+                "trailing",
+                "truncated",
+                "bad_utf8",
+                "null_table",
+            ]
+        ),
+        max_size=6,
     ),
     positions=st.lists(st.integers(0, 80), max_size=6),
 )
 def test_apply_records_equals_apply_record_by_record(events, filters, cuts, extras, positions):
     records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events)]
-    # Records the lane must hand back: undecodable, empty, a key-less change, a first identity,
-    # another table, a change keyed by another XID, and re-deliveries of offsets already applied.
+    # Records the lane must hand back: undecodable (garbage, a byte too many or too few, a table name
+    # that is not UTF-8), empty, a key-less or table-less change, a first identity, another table, a
+    # change keyed by another XID, and re-deliveries of offsets already applied.
     for extra, at in zip(extras, positions):
         at = min(at, len(records))
         template = next((e for e in events[at:] if e["op"] in ev.ROW_OPS), None)
@@ -90,6 +106,15 @@ def test_apply_records_equals_apply_record_by_record(events, filters, cuts, extr
             value = ev.encode_raw({**template, "table": "s.u", "seq": template["seq"] + 1000})
         elif extra == "no_key":
             value = ev.encode_raw({**template, "key": {}, "seq": template["seq"] + 2000})
+        elif extra == "trailing":  # a whole RawEvent and one byte more
+            value = ev.encode_raw({**template, "seq": template["seq"] + 5000}) + b"\x00"
+        elif extra == "truncated":
+            value = ev.encode_raw({**template, "seq": template["seq"] + 6000})[:-1]
+        elif extra == "bad_utf8":  # the table name's first byte is not UTF-8
+            value = ev.encode_raw({**template, "table": "s.t", "seq": template["seq"] + 7000})
+            value = value.replace(b"\x06s.t", b"\x06\xff.t", 1)
+        elif extra == "null_table":
+            value = ev.encode_raw({**template, "table": None, "seq": template["seq"] + 8000})
         elif extra == "misplaced":
             value = ev.encode_raw({**template, "seq": template["seq"] + 4000})
             records.insert(at, Record(0, b"elsewhere", value))
@@ -124,3 +149,40 @@ def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes():
     assert store.get(prefix + b"\x01" + b"\x00\x02r1" + (1).to_bytes(8, "big")) == b""
     assert store.get(prefix + b"\x03" + b"\x00\x01s" + (1).to_bytes(8, "big")) == b""
     assert engine.next_offset == 3 and engine.last_ts_ms == 99 and engine.open["x"].events == 2
+
+
+@pytest.mark.parametrize(
+    "bad", ["garbage", "trailing", "truncated", "bad_utf8", "null_table", "no_key", "empty_xid", "misplaced"]
+)
+def test_the_lane_hands_back_every_record_apply_dead_letters(bad):
+    """Amid plain changes of an open transaction the lane would take, a bad one goes to apply(): one
+    dead letter at its offset, and the same state as record by record."""
+    change = ev.raw_event("x", ev.INSERT, 2, 2, table="s.t", key={"id": 1}, row_id="r1")
+    value, key = ev.encode_raw({**change, "seq": 3}), b"x"
+    if bad == "garbage":
+        value = b"\x07\xff"
+    elif bad == "trailing":
+        value += b"\x00"
+    elif bad == "truncated":
+        value = value[:-1]
+    elif bad == "bad_utf8":
+        assert value.count(b"\x06s.t") == 1
+        value = value.replace(b"\x06s.t", b"\x06\xff.t")
+    elif bad == "null_table":
+        value = ev.encode_raw({**change, "seq": 3, "table": None})
+    elif bad == "no_key":
+        value = ev.encode_raw({**change, "seq": 3, "key": {}})
+    elif bad == "empty_xid":
+        value, key = ev.encode_raw({**change, "seq": 3, "xid": ""}), None
+    else:
+        key = b"elsewhere"
+    records = [
+        Record(0, b"x", ev.encode_raw(ev.raw_event("x", ev.BEGIN, 0, 0))),
+        Record(1, b"x", ev.encode_raw({**change, "seq": 1})),
+        Record(2, b"x", ev.encode_raw(change)),
+        Record(3, key, value),
+        Record(4, b"x", ev.encode_raw({**change, "seq": 4})),
+    ]
+    actions, state = by_runs(records, Filters(), [])
+    assert (actions, state) == by_record(records, Filters())
+    assert len(actions) == 1 and actions[0].startswith("DeadLetter(partition=0, offset=3,"), actions
