@@ -3,12 +3,16 @@
 # Python objects but the XID, so a change costs about a fifth less to buffer than through a view.
 #
 # PartitionEngine.apply_records hands it the poll batch of one partition. It applies records for
-# as long as each is a plain change of an open transaction (INSERT, UPDATE, DELETE or READ that
-# validates, no undo flag, an open transaction whose identity is known and that is not filtered,
-# no table filter configured): the raw bytes go to the batch (or the transaction's staged writes)
-# under the event key, plus the row_id and subxid index entries, exactly as PartitionEngine._change
-# writes them. It stops at the first
-# record it does not handle and returns its index; the engine applies that one on the Python path.
+# as long as each is one of:
+#   * a plain change of an open transaction (INSERT, UPDATE, DELETE or READ that validates, no undo
+#     flag, an open transaction whose identity is known and that is not filtered, no table filter
+#     configured): the raw bytes go to the batch (or the transaction's staged writes) under the
+#     event key, plus the row_id and subxid index entries, exactly as PartitionEngine._change
+#     writes them;
+#   * the BEGIN of a transaction the engine does not know (engine._open, engine._identify);
+#   * the COMMIT of an open transaction whose identity is known or that carries none (engine._commit).
+# It stops at the first record it does not handle and returns its index; the engine applies that
+# one on the Python path.
 
 from cpython.bytes cimport PyBytes_AS_STRING as _BUF
 
@@ -16,9 +20,12 @@ cdef frozenset LANE_OPS = frozenset()
 
 # What the lane reads of each RawEvent field (lane_scan); every other field is only validated.
 cdef enum LaneRead:
-    L_SKIP, L_XID, L_OP, L_SEQ, L_TS_MS, L_UNDO, L_TABLE, L_ROW_ID, L_SUBXID, L_USER, L_CLIENT, L_KEY
+    L_SKIP, L_XID, L_OP, L_SEQ, L_SCN, L_THREAD, L_TS_MS, L_UNDO, L_TABLE, L_ROW_ID, L_SUBXID, L_USER,
+    L_CLIENT, L_KEY
+cdef enum LaneOp:
+    O_NONE, O_CHANGE, O_BEGIN, O_COMMIT
 cdef int LANE_READ[MAX_FIELDS]
-cdef bint LANE_OP_OK[256]  # op enum index -> the lane applies it
+cdef int LANE_OP[256]  # op enum index -> what the lane does with it
 cdef bint LANE_READY = False
 
 
@@ -27,6 +34,8 @@ cdef struct LaneFields:
     const char* xid
     Py_ssize_t xid_n
     int64_t seq
+    int64_t scn
+    int64_t thread
     int64_t ts_ms
     bint undo
     const char* table  # NULL: null
@@ -35,21 +44,25 @@ cdef struct LaneFields:
     Py_ssize_t row_id_n
     const char* subxid
     Py_ssize_t subxid_n
-    bint has_user
-    bint has_client
+    const char* user  # NULL: null
+    Py_ssize_t user_n
+    const char* client
+    Py_ssize_t client_n
     bint has_key  # a non-empty key map
 
 
-def enable_lane(row_ops):
-    """Arm the lane with the RawEvent ops it applies (events.ROW_OPS). The RawEvent codec must exist:
-    the lane reads the fields it needs straight from the bytes, so their types are checked here."""
+def enable_lane(row_ops, str begin, str commit):
+    """Arm the lane with the RawEvent ops it applies (events.ROW_OPS, BEGIN, COMMIT). The RawEvent
+    codec must exist: the lane reads the fields it needs straight from the bytes, so their types are
+    checked here."""
     global LANE_OPS, LANE_READY
     cdef Node root = RAW_ROOT
     cdef Node node
     if root is None:
         raise RuntimeError("enable_lane before RawCodec")
     expected = {  # field position -> (what the lane reads, its Avro shape)
-        I_XID: (L_XID, "string"), I_OP: (L_OP, "enum"), I_SEQ: (L_SEQ, "long"), I_TS_MS: (L_TS_MS, "long"),
+        I_XID: (L_XID, "string"), I_OP: (L_OP, "enum"), I_SEQ: (L_SEQ, "long"), I_SCN: (L_SCN, "long"),
+        I_THREAD: (L_THREAD, "int"), I_TS_MS: (L_TS_MS, "long"),
         I_UNDO: (L_UNDO, "boolean"), I_TABLE: (L_TABLE, "?string"), I_ROW_ID: (L_ROW_ID, "?string"),
         I_SUBXID: (L_SUBXID, "?string"), I_USER: (L_USER, "?string"), I_CLIENT: (L_CLIENT, "?string"),
         I_KEY: (L_KEY, "?map"),
@@ -62,7 +75,8 @@ def enable_lane(row_ops):
             ok = node.kind == K_UNION and node.n == 2 and (<Node>node.children[0]).kind == K_NULL and (
                 (<Node>node.children[1]).kind == (K_STRING if shape == "?string" else K_MAP))
         else:
-            ok = node.kind == {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "boolean": K_BOOLEAN}[shape]
+            kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN}
+            ok = node.kind == kinds[shape]
         if not ok:
             raise NotImplementedError(f"RawEvent field {RAW_NAMES[i]!r} is not {shape}: the lane cannot read it")
         LANE_READ[i] = read
@@ -71,7 +85,8 @@ def enable_lane(row_ops):
         raise NotImplementedError("more than 256 ops")
     LANE_OPS = frozenset(row_ops)
     for k in range(256):
-        LANE_OP_OK[k] = k < len(symbols) and symbols[k] in LANE_OPS
+        op = symbols[k] if k < len(symbols) else None
+        LANE_OP[k] = O_CHANGE if op in LANE_OPS else O_BEGIN if op == begin else O_COMMIT if op == commit else O_NONE
     LANE_READY = True
 
 
@@ -105,8 +120,8 @@ cdef bint lane_scan(bytes data, LaneFields* f) except -1:
     r.buf = <const unsigned char*>_BUF(data)
     r.pos = 0
     r.end = PyBytes_GET_SIZE(data)
-    f.table = f.row_id = f.subxid = NULL
-    f.has_user = f.has_client = f.has_key = False
+    f.table = f.row_id = f.subxid = f.user = f.client = NULL
+    f.has_key = False
     try:
         for i in range(root.n):
             read = LANE_READ[i]
@@ -118,6 +133,10 @@ cdef bint lane_scan(bytes data, LaneFields* f) except -1:
                 f.op = read_index(&r, (<Node>root.children[i]).n, "enum")
             elif read == L_SEQ:
                 f.seq = read_long(&r)
+            elif read == L_SCN:
+                f.scn = read_long(&r)
+            elif read == L_THREAD:
+                f.thread = read_long(&r)
             elif read == L_TS_MS:
                 f.ts_ms = read_long(&r)
             elif read == L_UNDO:
@@ -132,9 +151,9 @@ cdef bint lane_scan(bytes data, LaneFields* f) except -1:
             elif read == L_SUBXID:
                 f.subxid = _lane_opt_str(&r, &f.subxid_n)
             elif read == L_USER:
-                f.has_user = _lane_opt_str(&r, &at) != NULL
+                f.user = _lane_opt_str(&r, &f.user_n)
             elif read == L_CLIENT:
-                f.has_client = _lane_opt_str(&r, &at) != NULL
+                f.client = _lane_opt_str(&r, &f.client_n)
             else:  # L_KEY: ["null", map]; the lane needs to know only that it has an entry
                 node = <Node>root.children[i]
                 if read_index(&r, 2, "union") == 1:
@@ -170,14 +189,21 @@ cdef object _index_key(bytes prefix, char kind, const char* p, Py_ssize_t n, int
     return key
 
 
-def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
-    """Apply records[i:] while each is a plain change of an open transaction; return the index of
-    the first record left to the Python path (len(records) when none is)."""
+cdef inline object _opt_str(const char* p, Py_ssize_t n):
+    return None if p == NULL else PyUnicode_DecodeUTF8(p, n, NULL)
+
+
+def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list actions):
+    """Apply records[i:] while the lane handles each (above), adding the actions they cause to
+    actions; return the index of the first record left to the Python path (len(records) if none)."""
     cdef Py_ssize_t n = len(records), m
     cdef int64_t next_offset = engine.next_offset
     cdef int64_t last_ts = engine.last_ts_ms
     cdef int64_t offset, seq, ts
-    cdef Py_ssize_t applied = 0
+    cdef Py_ssize_t applied = 0, changes = 0
+    cdef int kind
+    cdef dict completed = engine.completed
+    cdef object pending = engine.pending
     cdef LaneFields f
     cdef bytes prefix, value
     cdef object key
@@ -196,10 +222,11 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
                 break
             if not lane_scan(value, &f):
                 break  # not a RawEvent: apply() dead-letters it
-            if not LANE_OP_OK[f.op] or f.undo or f.xid_n == 0 or f.table == NULL or f.table_n == 0:
-                break
+            kind = LANE_OP[f.op]
             seq = f.seq
-            if seq < 0 or not f.has_key:
+            if kind == O_NONE or f.xid_n == 0 or seq < 0:
+                break
+            if kind == O_CHANGE and (f.undo or f.table == NULL or f.table_n == 0 or not f.has_key):
                 break
             key = rec.key()
             if key is not None and type(key) is not bytes:
@@ -208,10 +235,30 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
                 PyBytes_GET_SIZE(key) != f.xid_n or memcmp(_BUF(key), f.xid, f.xid_n) != 0
             ):
                 break  # apply() dead-letters it (validation.misplaced)
-            txn = open_txns.get(PyUnicode_DecodeUTF8(f.xid, f.xid_n, NULL))
+            xid = PyUnicode_DecodeUTF8(f.xid, f.xid_n, NULL)
+            ts = f.ts_ms
+            if kind == O_BEGIN:
+                if xid in open_txns or xid in completed or xid in pending:
+                    break  # a restart from the start, or a late BEGIN: the Python path
+                txn = engine._open(xid, offset, ts)
+                if f.user != NULL or f.client != NULL:
+                    engine._identify(txn, _opt_str(f.user, f.user_n), _opt_str(f.client, f.client_n))
+            elif kind == O_COMMIT:
+                txn = open_txns.get(xid)
+                if txn is None or (not txn.identity_seen and (f.user != NULL or f.client != NULL)):
+                    break
+                actions.extend(engine._commit(txn, offset, f.scn, ts, f.thread))
+            if ts > last_ts:
+                last_ts = ts
+            if kind != O_CHANGE:
+                next_offset = offset + 1
+                applied += 1
+                i += 1
+                continue
+            txn = open_txns.get(xid)
             if txn is None or txn.filtered:
                 break
-            if not txn.identity_seen and (f.has_user or f.has_client):
+            if not txn.identity_seen and (f.user != NULL or f.client != NULL):
                 break
             prefix = txn.prefix
             row_key = sub_key = None
@@ -230,9 +277,6 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
             memcpy(out, _BUF(prefix), m)
             out[m] = 0
             _be64(out + m + 1, <uint64_t>seq)
-            ts = f.ts_ms
-            if ts > last_ts:
-                last_ts = ts
             staged = txn.staged
             if staged is None:
                 put(event_key, value)
@@ -250,6 +294,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
             txn.bytes += PyBytes_GET_SIZE(value)
             next_offset = offset + 1
             applied += 1
+            changes += 1
             i += 1
     finally:
         if applied:
@@ -258,7 +303,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put):
             engine._pos_dirty = True
             stats = engine.stats
             stats.events += applied
-            stats.changes += applied
+            stats.changes += changes
     return i
 
 

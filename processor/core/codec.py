@@ -16,7 +16,7 @@ API (identical on both backends):
       op, seq, scn, ts_ms, table, row_id, attrs, raw, body_at, total_order, collection_order) -> bytes
   change_key(table, key) -> bytes                           events.change_key's bytes
   change_stream(writer, produced, tables) -> ChangeStream   one committed transaction's ChangeEvents
-  buffer_changes(engine, records, i, open_txns, put) -> int the engine's fast lane (compiled only)
+  buffer_changes(engine, records, i, open_txns, put, actions) -> int  the engine's fast lane (compiled only)
   partition_runs(records) -> ({partition: records}, errors)  a poll batch split by partition
   staged_range(staged, begin, end) -> [(key, value)]     a staged transaction's writes in key order
 
@@ -281,7 +281,7 @@ def _compiled() -> dict[str, Any]:
         codecs["raw_event"], codecs["change_event"], dict(_ev.ENVELOPE_OP), _ev.encode_change_spliced
     )
     fast.enable_change_key(_ev.change_key)
-    fast.enable_lane(_ev.ROW_OPS)
+    fast.enable_lane(_ev.ROW_OPS, _ev.BEGIN, _ev.COMMIT)
     return codecs
 
 
@@ -304,7 +304,7 @@ BACKEND, BACKEND_REASON, _codecs = _choose()
 ChangeWriter: Callable[[str, int, int, int, str | None], ChangeEncoder]
 change_key: Callable[[str | None, dict[str, Any] | None], bytes]
 change_stream: Callable[[Any, int, dict[str, int]], Any]
-buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None]], int]
+buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None], list[Any]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
 staged_range: Callable[[dict[bytes, Any], bytes, bytes], list[tuple[bytes, Any]]]
 decode_raw_view: Callable[[bytes], RawView]

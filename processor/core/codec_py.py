@@ -36,7 +36,7 @@ class PyChangeStream:
         return kafka_key, value, e.seq, e.table or "", e.op
 
 
-def no_lane(engine: Any, records: list[Any], i: int, open_txns: dict[str, Any], put: Any) -> int:
+def no_lane(engine: Any, records: list[Any], i: int, open_txns: dict[str, Any], put: Any, actions: list[Any]) -> int:
     return i
 
 

@@ -90,7 +90,7 @@ class PartitionEngine:
         lane, n, i = self._lane, len(records), 0
         while i < n:
             if lane is not None and self.next_offset >= self._replay_to:
-                i = lane(self, records, i, self.open, self.batch.put)
+                i = lane(self, records, i, self.open, self.batch.put, actions)
                 if i == n:
                     break
             record = records[i]
@@ -139,7 +139,7 @@ class PartitionEngine:
                 self._advance_watermark(e["scn"])
                 self.stats.rolled_back += 1
                 return [self._finish(xid, offset, ROLLED_BACK)]
-            txn = self._open(xid, offset, e)
+            txn = self._open(xid, offset, e["ts_ms"])
         elif op == ev.BEGIN:
             # The source re-sent the transaction from its start: forget what we have. The first
             # attempt stays in the log, so the low watermark stays at its start: a rebuild from a
@@ -149,13 +149,13 @@ class PartitionEngine:
             self._forget_incomplete(xid)  # the new attempt brings its own markers
             self.stats.restarts += 1
             first_offset, was_stored = txn.first_offset, txn.staged is None
-            txn = self._open(xid, offset, e)
+            txn = self._open(xid, offset, e["ts_ms"])
             txn.first_offset = first_offset
             if was_stored:
                 txn.staged = None  # the first attempt's metadata is in the store: this one replaces it there
 
         if not txn.identity_seen and (e["user"] is not None or e["client"] is not None):
-            self._identify(txn, e)
+            self._identify(txn, e["user"], e["client"])
         if op == ev.BEGIN:
             return []
         if txn.staged is not None and (op in _READS_BACK or (op in ev.CHANGE_OPS and e["undo"])):
@@ -166,7 +166,7 @@ class PartitionEngine:
         if op in ev.FRAGMENT_OPS:
             return self._fragment(txn, offset, key, value, e, body_at)
         if op == ev.COMMIT:
-            return self._commit(txn, offset, e)
+            return self._commit(txn, offset, e["scn"], e["ts_ms"], e["thread"])
         if op == ev.ROLLBACK:
             self._advance_watermark(e["scn"])
             self._drop_all(txn)
@@ -190,17 +190,20 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ ops
 
-    def _open(self, xid: str, offset: int, e: codec.RawFields) -> Txn:
-        txn = Txn(self.partition, xid, offset, first_ts_ms=e["ts_ms"])
+    # _open, _identify and _commit are also called by the compiled lane (codec.buffer_changes), for
+    # a BEGIN of a new transaction and a COMMIT of an open one.
+
+    def _open(self, xid: str, offset: int, ts_ms: int) -> Txn:
+        txn = Txn(self.partition, xid, offset, first_ts_ms=ts_ms)
         txn.staged = {}
         self._staging.append(txn)
         self.open[xid] = txn
         self._dirty.add(xid)
         return txn
 
-    def _identify(self, txn: Txn, e: codec.RawFields) -> None:
+    def _identify(self, txn: Txn, user: str | None, client: str | None) -> None:
         txn.identity_seen = True
-        txn.user, txn.client = e["user"], e["client"]
+        txn.user, txn.client = user, client
         if self.filters.identity_excluded(txn.user, txn.client):
             txn.filtered = True
             self._drop_all(txn)
@@ -354,9 +357,9 @@ class PartitionEngine:
             if keys.seq_of(pointer) == fragment_seq:
                 self.batch.delete(pointer)
 
-    def _commit(self, txn: Txn, offset: int, e: codec.RawFields) -> list[Action]:
-        self._advance_watermark(e["scn"])
-        txn.commit = Commit(e["scn"], e["ts_ms"], e["thread"], offset)
+    def _commit(self, txn: Txn, offset: int, scn: int, ts_ms: int, thread: int) -> list[Action]:
+        self._advance_watermark(scn)
+        txn.commit = Commit(scn, ts_ms, thread, offset)
         del self.open[txn.xid]
         if txn.filtered:
             self._drop_all(txn)

@@ -141,7 +141,7 @@ def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes():
     second = ev.raw_event("x", ev.UPDATE, 2, 3, table="s.t", key={"id": 1}, user="app", ts_ms=99)
     values = [ev.encode_raw(e) for e in (begin, first, second)]
     engine.apply_records([Record(0, b"x", values[0]), Record(1, b"x", values[1])])  # BEGIN, first identity: apply()
-    i = codec.buffer_changes(engine, [Record(2, b"x", values[2])], 0, engine.open, engine.batch.put)
+    i = codec.buffer_changes(engine, [Record(2, b"x", values[2])], 0, engine.open, engine.batch.put, [])
     assert i == 1  # taken by the lane
     engine.checkpoint(spill_all=True)  # the transaction is staged: its writes reach the store when spilled
     prefix = engine.open["x"].prefix
@@ -186,3 +186,24 @@ def test_the_lane_hands_back_every_record_apply_dead_letters(bad):
     actions, state = by_runs(records, Filters(), [])
     assert (actions, state) == by_record(records, Filters())
     assert len(actions) == 1 and actions[0].startswith("DeadLetter(partition=0, offset=3,"), actions
+
+
+@pytest.mark.parametrize("filters", FILTERS[:3])
+def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters):
+    """BEGIN of a new transaction and COMMIT of an open one, also when the identity first arrives
+    with the COMMIT (then a user filter can still drop the transaction), a BEGIN that restarts an
+    open transaction and a late BEGIN of a finished one."""
+    change = ev.raw_event("x", ev.INSERT, 1, 1, table="s.t", key={"id": 1})
+    events_ = [
+        ev.raw_event("x", ev.BEGIN, 0, 0),
+        change,
+        ev.raw_event("y", ev.BEGIN, 0, 0, user="app"),
+        {**change, "xid": "y"},
+        ev.raw_event("x", ev.COMMIT, 2, 5, user="batch"),
+        ev.raw_event("y", ev.BEGIN, 0, 0, user="app"),  # restarts y
+        {**change, "xid": "y", "seq": 2},
+        ev.raw_event("y", ev.COMMIT, 3, 6, ts_ms=77, thread=2),
+        ev.raw_event("x", ev.BEGIN, 0, 0),  # late: x is finished
+    ]
+    records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events_)]
+    assert by_runs(records, filters, []) == by_record(records, filters)
