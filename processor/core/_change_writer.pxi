@@ -24,6 +24,7 @@ CHANGE_SIGNATURE = ("record", (
 RAW_BODY_SIGNATURE = (("key", _ROW), ("before", _ROW), ("after", _ROW), ("ddl", _OPT_STR))
 
 cdef dict CHANGE_OP_INDEX = None    # RawEvent op -> ChangeOp symbol index
+cdef int RAW_TO_CHANGE_OP[256]      # RawEvent op enum index -> ChangeOp symbol index, -1: not a change
 cdef object SPLICED_FALLBACK = None  # (head, body, tail) -> bytes through fastavro
 cdef dict ENVELOPE_OP = None
 
@@ -45,6 +46,9 @@ def enable_change_writer(Codec raw, Codec change, dict envelope_op, spliced_fall
     if tuple(raw_sig[len(raw_sig) - 4:]) != RAW_BODY_SIGNATURE:
         raise NotImplementedError("RawEvent does not end with key, before, after, ddl as ChangeEvent has them")
     CHANGE_OP_INDEX = {raw_op: symbols.index(env) for raw_op, env in envelope_op.items()}
+    raw_ops = (<Node>raw.root.children[raw.root.names.index("op")]).symbols
+    for k in range(256):
+        RAW_TO_CHANGE_OP[k] = CHANGE_OP_INDEX.get(raw_ops[k], -1) if k < len(raw_ops) else -1
     ENVELOPE_OP = dict(envelope_op)
     SPLICED_FALLBACK = spliced_fallback
 
@@ -62,7 +66,7 @@ cdef class ChangeWriter:
     cdef bytes _xid          # encoded string
     cdef bytes _commit       # commit_scn, commit_ts_ms, thread, user
     cdef bytes _id_prefix    # UTF-8 of "<thread>:<commit_scn>:<xid>:"
-    cdef bint _fast
+    cdef readonly bint _fast
 
     def __init__(self, str xid, commit_scn, commit_ts_ms, thread, user):
         cdef Writer w
@@ -141,6 +145,57 @@ cdef class ChangeWriter:
             "transaction": {"id": self.xid, "total_order": total_order, "data_collection_order": collection_order},
         }
         return SPLICED_FALLBACK(head, memoryview(raw)[body_at:], tail)
+
+
+cdef inline int _w_opt_str(Writer* w, const char* p, Py_ssize_t n) except -1:
+    """["null", "string"] from a string in place (NULL: null)."""
+    if p == NULL:
+        return w_long(w, 0)
+    w_long(w, 1)
+    w_long(w, n)
+    return w_raw(w, p, n)
+
+
+cdef object encode_change_in_place(ChangeWriter cw, int op_index, int64_t seq, int64_t scn, int64_t ts_ms,
+                                   const char* table, Py_ssize_t table_n, const char* row_id, Py_ssize_t row_id_n,
+                                   bytes raw, Py_ssize_t body_at, int64_t total_order, int64_t collection_order):
+    """ChangeWriter._encode's fast path for fields read in place from the raw bytes (ChangeStream.next),
+    with empty attrs: the same bytes, no Python object for the fields."""
+    cdef Writer w
+    cdef char digits[24]
+    cdef Py_ssize_t nd = 0
+    cdef uint64_t u = <uint64_t>seq if seq >= 0 else 0 - <uint64_t>seq
+    w_init(&w)
+    try:
+        while True:  # event_id: "<thread>:<commit_scn>:<xid>:<seq>"
+            digits[23 - nd] = <char>(48 + u % 10)
+            nd += 1
+            u //= 10
+            if u == 0:
+                break
+        if seq < 0:
+            digits[23 - nd] = 45  # "-"
+            nd += 1
+        w_long(&w, PyBytes_GET_SIZE(cw._id_prefix) + nd)
+        w_raw(&w, PyBytes_AS_STRING(cw._id_prefix), PyBytes_GET_SIZE(cw._id_prefix))
+        w_raw(&w, digits + 24 - nd, nd)
+        w_long(&w, op_index)
+        w_long(&w, ts_ms)
+        w_raw(&w, PyBytes_AS_STRING(raw) + body_at, PyBytes_GET_SIZE(raw) - body_at)
+        _w_opt_str(&w, table, table_n)
+        w_raw(&w, PyBytes_AS_STRING(cw._xid), PyBytes_GET_SIZE(cw._xid))
+        w_long(&w, seq)
+        w_long(&w, scn)
+        w_raw(&w, PyBytes_AS_STRING(cw._commit), PyBytes_GET_SIZE(cw._commit))
+        _w_opt_str(&w, row_id, row_id_n)
+        w_long(&w, 0)  # attrs: empty
+        w_long(&w, 1)  # transaction: the record branch
+        w_raw(&w, PyBytes_AS_STRING(cw._xid), PyBytes_GET_SIZE(cw._xid))
+        w_long(&w, total_order)
+        w_long(&w, collection_order)
+        return w_result(&w)
+    finally:
+        w_free(&w)
 
 
 cdef Node _LONG = _compile("long", {}, "", set())

@@ -1,7 +1,9 @@
 # Included by _avro_fast.pyx: the emission of one committed transaction, per change in C.
 #
 # ChangeStream turns each buffered RawEvent (the store holds the raw bytes) into its Kafka key and
-# ChangeEvent bytes, numbering total_order and data_collection_order. Acknowledgements need nothing
+# ChangeEvent bytes, numbering total_order and data_collection_order. An event without attrs (the
+# common case) has its fields read in place and written straight back (encode_change_in_place);
+# only the row key is decoded, for the Kafka key. Acknowledgements need nothing
 # per change: outputs are acknowledged by settlement (processor/runtime/emitter.py).
 
 
@@ -12,6 +14,8 @@ cdef class ChangeStream:
     cdef public Py_ssize_t produced     # total_order of the last change numbered
     cdef readonly dict tables           # table ("" for none) -> changes numbered
     cdef list _vals                     # the prefix fields of the event being encoded
+    cdef bytes _table_utf8              # the last table read in place, and its str
+    cdef object _table
 
     def __init__(self, ChangeWriter writer not None, Py_ssize_t produced, dict tables not None):
         self.writer, self.produced, self.tables = writer, produced, tables
@@ -33,6 +37,10 @@ cdef class ChangeStream:
         cdef list vals
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
+        if self.writer._fast:
+            out = self._next_in_place(raw)
+            if out is not NotImplemented:
+                return out
         if self._vals is None:
             self._vals = [None] * I_KEY
         vals = self._vals
@@ -46,6 +54,63 @@ cdef class ChangeStream:
         value = self.writer._encode(op, vals[I_SEQ], vals[I_SCN], vals[I_TS_MS], table, vals[I_ROW_ID], vals[I_ATTRS],
                                     raw, body_at, total_order, collection_order)
         return (kafka_key, value, vals[I_SEQ], table or "", op)
+
+
+    cdef object _next_in_place(self, bytes raw):
+        """next() with the prefix fields read in place and the ChangeEvent written from them
+        (encode_change_in_place); NotImplemented when the event has attrs (the general path)."""
+        cdef Reader r
+        cdef Node root = RAW_ROOT
+        cdef Py_ssize_t i, body_at, table_n = 0, row_id_n = 0
+        cdef int op_index = -1
+        cdef int64_t seq = 0, scn = 0, ts_ms = 0, total_order, collection_order
+        cdef const char* table = NULL
+        cdef const char* row_id = NULL
+        cdef Py_ssize_t raw_op = 0
+        r.buf = <const unsigned char*>PyBytes_AS_STRING(raw)
+        r.pos = 0
+        r.end = PyBytes_GET_SIZE(raw)
+        try:
+            for i in range(I_KEY):
+                if i == I_OP:
+                    raw_op = read_index(&r, (<Node>root.children[i]).n, "enum")
+                    op_index = RAW_TO_CHANGE_OP[raw_op]
+                    if op_index < 0:
+                        return None  # a fragment: merged into its change, never emitted alone
+                elif i == I_SEQ:
+                    seq = read_long(&r)
+                elif i == I_SCN:
+                    scn = read_long(&r)
+                elif i == I_TS_MS:
+                    ts_ms = read_long(&r)
+                elif i == I_TABLE:
+                    table = _lane_opt_str(&r, &table_n)
+                elif i == I_ROW_ID:
+                    row_id = _lane_opt_str(&r, &row_id_n)
+                elif i == I_ATTRS:
+                    if read_block_count(&r) != 0:
+                        return NotImplemented
+                else:
+                    skip_node(<Node>root.children[i], &r)
+            body_at = r.pos
+            key = decode_node(<Node>root.children[I_KEY], &r)
+        except Malformed as exc:
+            raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
+        if table == NULL:
+            t = None
+        elif (self._table_utf8 is not None and PyBytes_GET_SIZE(self._table_utf8) == table_n
+              and memcmp(PyBytes_AS_STRING(self._table_utf8), table, table_n) == 0):
+            t = self._table
+        else:
+            t = PyUnicode_DecodeUTF8(table, table_n, NULL)
+            self._table_utf8 = PyBytes_FromStringAndSize(table, table_n)
+            self._table = t
+        kafka_key = change_key_c(t, key)
+        total_order, collection_order = self.number(t)
+        value = encode_change_in_place(self.writer, op_index, seq, scn, ts_ms, table, table_n, row_id, row_id_n,
+                                       raw, body_at, total_order, collection_order)
+        op = (<Node>root.children[I_OP]).symbols[raw_op]
+        return (kafka_key, value, seq, t or "", op)
 
 
 cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):
