@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor.core.events import change_key, encode_change, event_id
 
 _ENVELOPE = {"c", "u", "d", "t", "ddl"}
@@ -54,3 +56,32 @@ def change_event(
 def kafka_record(event: dict) -> tuple[bytes, bytes]:
     """(key, value) as the processor writes them to txbuffer.changes."""
     return change_key(event["source"]["table"], event["key"]), encode_change(event)
+
+
+def decoded_change(table: str, k: int, op: str, scn: int, v: object = None) -> dict:
+    """One decoded change (processor.spark.decode.CHANGE_COLUMNS, a row of the Delta sinks' input)
+    of `table` keyed by id = k, with seq = k: its key, and unless it is a delete, id and v after."""
+    from processor.spark.decode import union_member
+
+    return {
+        "event_id": f"1:{scn}:x:{k}",
+        "table": table,
+        "op": op,
+        "key": {"id": union_member(k)},
+        "after": None if op == "d" else {"id": union_member(k), "v": union_member(v)},
+        "xid": "x",
+        "seq": k,
+        "scn": scn,
+        "commit_scn": scn,
+        "commit_ts_ms": 0,
+        "ts_ms": 0,
+        "thread": 1,
+    }
+
+
+def decoded_frame(spark: Any, changes: list[dict]) -> Any:
+    """A DataFrame of decoded changes (decoded_change) with every CHANGE_COLUMNS column."""
+    from processor.spark.decode import CHANGE_COLUMNS
+
+    rows = [{f.name: c.get(f.name) for f in CHANGE_COLUMNS.fields} for c in changes]
+    return spark.createDataFrame(rows, CHANGE_COLUMNS)

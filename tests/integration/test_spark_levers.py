@@ -15,28 +15,9 @@ DV_DEFAULT = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
 def frame(spark, rows: list[tuple]):
     """Decoded changes of table app.dv: (key, op, commit_scn, value)."""
-    from processor.spark.decode import CHANGE_COLUMNS, union_member
+    from processor.testing.spark_synth import decoded_change, decoded_frame
 
-    def change(k, op, scn, v):
-        return {
-            "event_id": f"1:{scn}:x:{k}",
-            "table": "app.dv",
-            "op": op,
-            "key": {"id": union_member(k)},
-            "after": None if op == "d" else {"id": union_member(k), "v": union_member(v)},
-            "xid": "x",
-            "seq": k,
-            "scn": scn,
-            "commit_scn": scn,
-            "commit_ts_ms": 0,
-            "ts_ms": 0,
-            "thread": 1,
-        }
-
-    changes = [change(*r) for r in rows]
-    return spark.createDataFrame(
-        [{f.name: c.get(f.name) for f in CHANGE_COLUMNS.fields} for c in changes], CHANGE_COLUMNS
-    )
+    return decoded_frame(spark, [decoded_change("app.dv", *r) for r in rows])
 
 
 def test_tables_with_deletion_vectors_read_back_without_the_deleted_rows(spark, tmp_path):

@@ -204,26 +204,9 @@ def test_a_new_column_arrives_by_schema_evolution_and_time_travel_reads_the_earl
 def test_a_replayed_micro_batch_is_skipped_by_the_delta_transaction_ids(spark, tmp_path):
     from deltalake import DeltaTable
 
-    from processor.spark.decode import CHANGE_COLUMNS, union_member
+    from processor.testing.spark_synth import decoded_change, decoded_frame
 
-    def row(k, op, scn, v):
-        return {
-            "event_id": f"1:{scn}:x:{k}",
-            "table": "app.r",
-            "op": op,
-            "key": {"id": union_member(k)},
-            "after": None if op == "d" else {"id": union_member(k), "v": union_member(v)},
-            "xid": "x",
-            "seq": k,
-            "scn": scn,
-            "commit_scn": scn,
-            "commit_ts_ms": 0,
-            "ts_ms": 0,
-            "thread": 1,
-        }
-
-    rows = [row(1, "c", 10, "a"), row(2, "c", 10, "b")]
-    df = spark.createDataFrame([{f.name: r.get(f.name) for f in CHANGE_COLUMNS.fields} for r in rows], CHANGE_COLUMNS)
+    df = decoded_frame(spark, [decoded_change("app.r", 1, "c", 10, "a"), decoded_change("app.r", 2, "c", 10, "b")])
     sinks = DeltaSinks((tmp_path / "out").as_uri(), "test-app")
     sinks(df, 0)
     versions = {"changelog": DeltaTable(str(tmp_path / "out" / "changelog")).version()}
