@@ -29,9 +29,17 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_000, counts: dict | None = None):
-    """n Kafka records; `counts` gets "redeliveries" (records that repeat an earlier one)."""
-    from processor.testing.spark_synth import change_event, kafka_record
+def synthetic_changes(
+    n: int,
+    seed: int = 0,
+    tables: int = 10,
+    keys: int = 100_000,
+    counts: dict | None = None,
+    commit_ms: int = 1000,
+):
+    """n Kafka records; `counts` gets "redeliveries" (records that repeat an earlier one). Commit
+    times are `commit_ms` apart (1000: a million changes span 11.6 days of commit dates)."""
+    from processor.testing.spark_synth import BASE_TS_MS, change_event, kafka_record
 
     rng = random.Random(seed)
     emitted = []
@@ -46,7 +54,7 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
         t, k = rng.randrange(tables), rng.randrange(keys)
         table, key = f"bench.t{t}", {"id": k}
         if rng.random() < 0.05:
-            ev = change_event(table, key, "d", scn, 1)
+            ev = change_event(table, key, "d", scn, 1, ts_ms=BASE_TS_MS + commit_ms * scn)
         else:
             ev = change_event(
                 table,
@@ -55,6 +63,7 @@ def synthetic_changes(n: int, seed: int = 0, tables: int = 10, keys: int = 100_0
                 scn,
                 1,
                 after={"id": k, "qty": rng.randrange(1000), "price": rng.random() * 100, "name": f"item-{k}"},
+                ts_ms=BASE_TS_MS + commit_ms * scn,
             )
         rec = kafka_record(ev)
         emitted.append(rec)
@@ -74,6 +83,8 @@ def bench_spark(
     native: bool = True,
     merge_threads: int = 4,
     conf: dict[str, str] | None = None,
+    stage: str = "full",
+    commit_ms: int = 1000,
 ) -> dict:
     """Native Kafka source -> from_avro -> dedup -> Delta change log + MERGE into current state.
 
@@ -91,7 +102,7 @@ def bench_spark(
     ensure_topics(bootstrap, {topic: partitions})
     t0 = time.monotonic()
     counts: dict[str, int] = {}
-    records = synthetic_changes(n_changes, tables=tables, counts=counts)
+    records = synthetic_changes(n_changes, tables=tables, counts=counts, commit_ms=commit_ms)
     produce_all(make_producer(bootstrap), topic, ((k, v, None) for k, v in records))
     produce_s = time.monotonic() - t0
     source_records = log_end_total(bootstrap, topic)
@@ -122,11 +133,13 @@ def bench_spark(
             timeout_s=None if trigger == "available-now" else 3600,
             until_rows=None if trigger == "available-now" else n_changes,
             merge_threads=merge_threads,
+            stage=stage,
         )
         query_cpu_s = jvm_cpu_seconds(spark) - cpu0
-        rows = sum(row_counts(f"{work}/lake").values())
-        changelog_rows = read_changelog(f"{work}/lake", ["event_id"]).num_rows
-        merges = merge_history(spark, f"file://{work}/lake")
+        wrote = stage in ("changelog", "full")  # the cut stages before them write no lake
+        rows = sum(row_counts(f"{work}/lake").values()) if stage == "full" else 0
+        changelog_rows = read_changelog(f"{work}/lake", ["event_id"]).num_rows if wrote else 0
+        merges = merge_history(spark, f"file://{work}/lake") if stage == "full" else {}
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -153,6 +166,8 @@ def bench_spark(
         "max_offsets_per_trigger": max_offsets_per_trigger,
         "trigger": trigger,
         "merge_threads": merge_threads,
+        "stage": stage,
+        "commit_ms": commit_ms,
         "conf": conf or {},
         "writes": summary.get("writes"),
         "merges": merges,
@@ -223,6 +238,18 @@ if __name__ == "__main__":
     p.add_argument("--python-source", action="store_true", help="the fallback Python Kafka source")
     p.add_argument("--merge-threads", type=int, default=4, help="tables MERGEd at once (1: one after another)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark conf (repeatable)")
+    p.add_argument(
+        "--stage",
+        default="full",
+        choices=("decode", "dedup", "changelog", "full"),
+        help="cut the pipeline: decode | + dedup | + cache, inspect, change log | + MERGEs (full)",
+    )
+    p.add_argument(
+        "--commit-ms",
+        type=int,
+        default=1000,
+        help="commit time between changes (ms): the change log's commit_date partitions and the dedup window",
+    )
     a = p.parse_args()
     with EmbeddedKafka() as broker:
         out = bench_spark(
@@ -235,5 +262,7 @@ if __name__ == "__main__":
             native=not a.python_source,
             merge_threads=a.merge_threads,
             conf=dict(c.split("=", 1) for c in a.conf),
+            stage=a.stage,
+            commit_ms=a.commit_ms,
         )
         print(json.dumps(out))

@@ -117,7 +117,9 @@ class DeltaSinks:
         tombstone_retention_ms: int = 7 * 24 * 3600 * 1000,
         prune_every_batches: int = 50,
         merge_threads: int = 4,
+        state: bool = True,
     ):
+        self.state = state  # False (bench.spark_bench --stage changelog): the change log only, no MERGEs
         self.output = output.rstrip("/")
         self.app_id = app_id
         self.changelog = join_uri(self.output, "changelog")
@@ -145,7 +147,10 @@ class DeltaSinks:
             if not shape.rows:
                 return
             inspected = time.monotonic()
-            if self.merge_threads == 1:
+            if not self.state:
+                self.append_changelog(df, batch_id)
+                tables, logged = [], time.monotonic()
+            elif self.merge_threads == 1:
                 self.append_changelog(df, batch_id)
                 logged = time.monotonic()
                 tables = self.merge_state(df, shape, batch_id)

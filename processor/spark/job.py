@@ -89,6 +89,14 @@ def batch_durations(progress: list[dict]) -> list[dict]:
     return [{"batch": p["batchId"], "rows": p["numInputRows"], **p.get("durationMs", {})} for p in progress]
 
 
+STAGES = ("decode", "dedup", "changelog", "full")
+
+
+def _noop_write(df: Any, batch_id: int) -> None:
+    """foreachBatch of a cut pipeline (run_job's `stage`): compute every row, write nothing."""
+    df.write.format("noop").mode("overwrite").save()
+
+
 def run_job(
     bootstrap: str,
     topic: str,
@@ -104,6 +112,7 @@ def run_job(
     kafka_options: dict[str, str] | None = None,
     until_rows: int | None = None,
     merge_threads: int = 4,
+    stage: str = "full",
 ) -> dict:
     """Run the query. available-now returns once everything present at start is committed.
 
@@ -112,8 +121,13 @@ def run_job(
     state holds only that window. Spark drops a change whose commit time is already behind the
     watermark; the job reports any such drop as an error (`numRowsDroppedByWatermark`).
     `timeout_s` and `until_rows` (benchmarks) stop a processing-time run. `merge_threads`: how many
-    current-state tables a batch MERGEs at once (processor.spark.delta_sink).
+    current-state tables a batch MERGEs at once (processor.spark.delta_sink). `stage` (benchmarks)
+    cuts the pipeline short to measure its parts: "decode" (Kafka read and decode into a no-op
+    write), "dedup" (and the event_id dedup), "changelog" (and the batch's cache, inspect aggregate
+    and change-log append), "full" (and the current-state MERGEs).
     """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}: one of {', '.join(STAGES)}")
     spark = spark or spark_session()
     require_delta(spark)
     native = has_native_kafka(spark) if native is None else native
@@ -142,9 +156,11 @@ def run_job(
         .withWatermark("commit_ts", dedup_horizon)
         .dropDuplicatesWithinWatermark(["event_id"])
     )
-    sinks = DeltaSinks(output, app_id_for(checkpoint), merge_threads=merge_threads)
+    sinks = DeltaSinks(output, app_id_for(checkpoint), merge_threads=merge_threads, state=stage == "full")
+    target: Any = sinks if stage in ("changelog", "full") else _noop_write
+    stream = changes if stage == "decode" else deduped
     writer = (
-        deduped.writeStream.queryName(f"txbuffer-{topic}").option("checkpointLocation", checkpoint).foreachBatch(sinks)
+        stream.writeStream.queryName(f"txbuffer-{topic}").option("checkpointLocation", checkpoint).foreachBatch(target)
     )
     if kind == "available-now" and native:
         writer = writer.trigger(availableNow=True)

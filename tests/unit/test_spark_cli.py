@@ -56,3 +56,16 @@ def test_merge_threads_reaches_run_job(monkeypatch):
     assert calls["args"][:4] == ("k:9092", "txbuffer.changes", "s3a://b/ck", "s3a://b/lake")
     assert calls["conf"] == {"spark.sql.shuffle.partitions": "4"}
     assert FakeSession.stopped
+
+
+def test_run_job_refuses_an_unknown_stage_before_starting_spark(monkeypatch):
+    """The bench's --stage cuts (decode, dedup, changelog, full) are checked before any session."""
+    import processor.spark.job as job
+
+    def no_session(*_, **__):
+        raise AssertionError("a session was started for a bad stage")
+
+    monkeypatch.setattr(job, "spark_session", no_session)
+    assert job.STAGES == ("decode", "dedup", "changelog", "full")
+    with pytest.raises(ValueError, match="unknown stage 'merge'"):
+        job.run_job("k:9092", "t", "/ck", "/out", stage="merge")
