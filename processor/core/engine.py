@@ -66,6 +66,7 @@ class PartitionEngine:
         self.stats = Stats()
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
+        self._meta_stored: set[str] = set()  # xids whose metadata the store holds (a finished one's is deleted)
         self._pos_dirty = False
         self._staging: list[Txn] = []  # transactions whose writes may be staged (see "staging" below)
         self.stage_horizon = stage_horizon
@@ -559,13 +560,16 @@ class PartitionEngine:
         resume = self._spill_due(spill_all)
         if not (len(self.batch) or self._dirty or self._pos_dirty):
             return  # an idle loop writes nothing
+        stored = self._meta_stored
         for xid in self._dirty:
             txn = self.open.get(xid) or self.pending.get(xid)
-            mkey = keys.meta_key(self.partition, xid)
             if txn is None:
-                self.batch.delete(mkey)
+                if xid in stored:  # most finish before a checkpoint spills them: nothing to delete
+                    stored.discard(xid)
+                    self.batch.delete(keys.meta_key(self.partition, xid))
             elif txn.staged is None:
-                self.batch.put(mkey, txn.to_bytes())
+                stored.add(xid)
+                self.batch.put(keys.meta_key(self.partition, xid), txn.to_bytes())
             # else staged: not in the store; a restart rebuilds it from the raw topic
         self._dirty.clear()
         self._prune_completed()
@@ -621,6 +625,7 @@ class PartitionEngine:
         for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
         eng._replay_known = frozenset(eng.open) | frozenset(eng.pending)
+        eng._meta_stored = set(eng._replay_known)
         if eng._replay_to:  # a staged transaction's markers come back with its re-read records
             eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._replay_known}
         for fkey, outcome in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):

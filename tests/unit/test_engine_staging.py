@@ -204,3 +204,20 @@ def test_the_staged_range_is_the_sorted_slice_of_the_staged_writes(staged, begin
     # codec.staged_range is compiled (C byte comparisons, a sort only when out of order) or this.
     assert codec.staged_range(staged, begin, end) == codec_py.staged_range(staged, begin, end)
     assert codec_py.staged_range(staged, begin, end) == sorted((k, v) for k, v in staged.items() if begin <= k < end)
+
+
+def test_metadata_is_deleted_only_where_it_was_written(store, feed):
+    # x is spilled (spill_all), so its metadata is in the store and goes when it finishes; y finishes
+    # while staged: it never had metadata there, and no tombstone is written for it.
+    engine = PartitionEngine(0, store)
+    feed(engine, records(ev.raw_event("x", ev.BEGIN, 0, 0), change("x", 1)))
+    engine.checkpoint(spill_all=True)
+    assert store.get(keys.meta_key(0, "x")) is not None
+    feed(engine, records(ev.raw_event("y", ev.BEGIN, 0, 0), change("y", 1), start=2))
+    feed(engine, records(ev.raw_event("x", ev.ROLLBACK, 2, 2), ev.raw_event("y", ev.ROLLBACK, 2, 2), start=4))
+    deletes = []
+    engine.batch.delete = lambda key, _delete=engine.batch.delete: (deletes.append(key), _delete(key))
+    engine.checkpoint()
+    assert keys.meta_key(0, "x") in deletes and keys.meta_key(0, "y") not in deletes
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and restored.open == {} and set(restored.completed) == {"x", "y"}
