@@ -197,6 +197,8 @@ class Partitions:
                 committed=c,
                 open_txns=len(restored.engine.open),
                 pending=len(restored.engine.pending),
+                # > start_offset: transactions staged in memory at the last checkpoint are re-read up to here
+                applied_to=engine.applied_to(),
             )
         if rebuild:
             found = completed_from_records(
