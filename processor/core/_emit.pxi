@@ -61,56 +61,39 @@ cdef class ChangeStream:
         (encode_change_in_place); NotImplemented when the event has attrs (the general path)."""
         cdef Reader r
         cdef Node root = RAW_ROOT
-        cdef Py_ssize_t i, body_at, table_n = 0, row_id_n = 0
-        cdef int op_index = -1
-        cdef int64_t seq = 0, scn = 0, ts_ms = 0, total_order, collection_order
-        cdef const char* table = NULL
-        cdef const char* row_id = NULL
-        cdef Py_ssize_t raw_op = 0
+        cdef LaneFields f
+        cdef Py_ssize_t body_at
+        cdef int op_index
+        cdef int64_t total_order, collection_order
         r.buf = <const unsigned char*>PyBytes_AS_STRING(raw)
         r.pos = 0
         r.end = PyBytes_GET_SIZE(raw)
         try:
-            for i in range(I_KEY):
-                if i == I_OP:
-                    raw_op = read_index(&r, (<Node>root.children[i]).n, "enum")
-                    op_index = RAW_TO_CHANGE_OP[raw_op]
-                    if op_index < 0:
-                        return None  # a fragment: merged into its change, never emitted alone
-                elif i == I_SEQ:
-                    seq = read_long(&r)
-                elif i == I_SCN:
-                    scn = read_long(&r)
-                elif i == I_TS_MS:
-                    ts_ms = read_long(&r)
-                elif i == I_TABLE:
-                    table = _lane_opt_str(&r, &table_n)
-                elif i == I_ROW_ID:
-                    row_id = _lane_opt_str(&r, &row_id_n)
-                elif i == I_ATTRS:
-                    if read_block_count(&r) != 0:
-                        return NotImplemented
-                else:
-                    skip_node(<Node>root.children[i], &r)
+            scan_fields(&r, I_KEY, &f)  # validated when buffered; read again in place
+            op_index = RAW_TO_CHANGE_OP[f.op]
+            if op_index < 0:
+                return None  # a fragment: merged into its change, never emitted alone
+            if f.has_attrs:
+                return NotImplemented
             body_at = r.pos
             key = decode_node(<Node>root.children[I_KEY], &r)
         except Malformed as exc:
             raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
-        if table == NULL:
+        if f.table == NULL:
             t = None
-        elif (self._table_utf8 is not None and PyBytes_GET_SIZE(self._table_utf8) == table_n
-              and memcmp(PyBytes_AS_STRING(self._table_utf8), table, table_n) == 0):
+        elif (self._table_utf8 is not None and PyBytes_GET_SIZE(self._table_utf8) == f.table_n
+              and memcmp(PyBytes_AS_STRING(self._table_utf8), f.table, f.table_n) == 0):
             t = self._table
         else:
-            t = PyUnicode_DecodeUTF8(table, table_n, NULL)
-            self._table_utf8 = PyBytes_FromStringAndSize(table, table_n)
+            t = PyUnicode_DecodeUTF8(f.table, f.table_n, NULL)
+            self._table_utf8 = PyBytes_FromStringAndSize(f.table, f.table_n)
             self._table = t
         kafka_key = change_key_c(t, key)
         total_order, collection_order = self.number(t)
-        value = encode_change_in_place(self.writer, op_index, seq, scn, ts_ms, table, table_n, row_id, row_id_n,
-                                       raw, body_at, total_order, collection_order)
-        op = (<Node>root.children[I_OP]).symbols[raw_op]
-        return (kafka_key, value, seq, t or "", op)
+        value = encode_change_in_place(self.writer, op_index, f.seq, f.scn, f.ts_ms, f.table, f.table_n, f.row_id,
+                                       f.row_id_n, raw, body_at, total_order, collection_order)
+        op = (<Node>root.children[I_OP]).symbols[f.op]
+        return (kafka_key, value, f.seq, t or "", op)
 
 
 cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):

@@ -16,12 +16,11 @@
 
 from cpython.bytes cimport PyBytes_AS_STRING as _BUF
 
-cdef frozenset LANE_OPS = frozenset()
-
-# What the lane reads of each RawEvent field (lane_scan); every other field is only validated.
+# What scan_fields reads of each RawEvent field (for the lane and for emission); every other field
+# is only validated.
 cdef enum LaneRead:
     L_SKIP, L_XID, L_OP, L_SEQ, L_SCN, L_THREAD, L_TS_MS, L_UNDO, L_TABLE, L_ROW_ID, L_SUBXID, L_USER,
-    L_CLIENT, L_KEY
+    L_CLIENT, L_ATTRS, L_KEY
 cdef enum LaneOp:
     O_NONE, O_CHANGE, O_BEGIN, O_COMMIT
 cdef int LANE_READ[MAX_FIELDS]
@@ -48,6 +47,7 @@ cdef struct LaneFields:
     Py_ssize_t user_n
     const char* client
     Py_ssize_t client_n
+    bint has_attrs  # a non-empty attrs map
     bint has_key  # a non-empty key map
 
 
@@ -55,7 +55,7 @@ def enable_lane(row_ops, str begin, str commit):
     """Arm the lane with the RawEvent ops it applies (events.ROW_OPS, BEGIN, COMMIT). The RawEvent
     codec must exist: the lane reads the fields it needs straight from the bytes, so their types are
     checked here."""
-    global LANE_OPS, LANE_READY
+    global LANE_READY
     cdef Node root = RAW_ROOT
     cdef Node node
     if root is None:
@@ -65,7 +65,7 @@ def enable_lane(row_ops, str begin, str commit):
         I_THREAD: (L_THREAD, "int"), I_TS_MS: (L_TS_MS, "long"),
         I_UNDO: (L_UNDO, "boolean"), I_TABLE: (L_TABLE, "?string"), I_ROW_ID: (L_ROW_ID, "?string"),
         I_SUBXID: (L_SUBXID, "?string"), I_USER: (L_USER, "?string"), I_CLIENT: (L_CLIENT, "?string"),
-        I_KEY: (L_KEY, "?map"),
+        I_ATTRS: (L_ATTRS, "map"), I_KEY: (L_KEY, "?map"),
     }
     for i in range(MAX_FIELDS):
         LANE_READ[i] = L_SKIP
@@ -75,7 +75,8 @@ def enable_lane(row_ops, str begin, str commit):
             ok = node.kind == K_UNION and node.n == 2 and (<Node>node.children[0]).kind == K_NULL and (
                 (<Node>node.children[1]).kind == (K_STRING if shape == "?string" else K_MAP))
         else:
-            kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN}
+            kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN,
+                     "map": K_MAP}
             ok = node.kind == kinds[shape]
         if not ok:
             raise NotImplementedError(f"RawEvent field {RAW_NAMES[i]!r} is not {shape}: the lane cannot read it")
@@ -83,10 +84,10 @@ def enable_lane(row_ops, str begin, str commit):
     symbols = (<Node>root.children[I_OP]).symbols
     if len(symbols) > 256:
         raise NotImplementedError("more than 256 ops")
-    LANE_OPS = frozenset(row_ops)
+    changes = frozenset(row_ops)
     for k in range(256):
         op = symbols[k] if k < len(symbols) else None
-        LANE_OP[k] = O_CHANGE if op in LANE_OPS else O_BEGIN if op == begin else O_COMMIT if op == commit else O_NONE
+        LANE_OP[k] = O_CHANGE if op in changes else O_BEGIN if op == begin else O_COMMIT if op == commit else O_NONE
     LANE_READY = True
 
 
@@ -109,58 +110,70 @@ cdef inline const char* _lane_opt_str(Reader* r, Py_ssize_t* n) except? NULL:
     return _lane_str(r, n)
 
 
-cdef bint lane_scan(bytes data, LaneFields* f) except -1:
-    """Validate data as a whole RawEvent exactly as make_view does, and read the fields the lane needs
-    in place, making no Python object. False when it is not a RawEvent (the Python path says why)."""
-    cdef Reader r
+cdef int scan_fields(Reader* r, Py_ssize_t stop, LaneFields* f) except -1:
+    """Read RawEvent fields 0..stop-1 from r, validating each as make_view does (UTF-8 included) and
+    keeping the ones LANE_READ names in f, in place: no Python object. Raises what the reader raises."""
     cdef Node root = RAW_ROOT
     cdef Node node
     cdef Py_ssize_t i, at
     cdef int read
+    f.table = f.row_id = f.subxid = f.user = f.client = NULL
+    f.has_attrs = f.has_key = False
+    for i in range(stop):
+        read = LANE_READ[i]
+        if read == L_SKIP:
+            skip_node(<Node>root.children[i], r)
+        elif read == L_XID:
+            f.xid = _lane_str(r, &f.xid_n)
+        elif read == L_OP:
+            f.op = read_index(r, (<Node>root.children[i]).n, "enum")
+        elif read == L_SEQ:
+            f.seq = read_long(r)
+        elif read == L_SCN:
+            f.scn = read_long(r)
+        elif read == L_THREAD:
+            f.thread = read_long(r)
+        elif read == L_TS_MS:
+            f.ts_ms = read_long(r)
+        elif read == L_UNDO:
+            if r.pos >= r.end:
+                _eof(r, "boolean")
+            f.undo = r.buf[r.pos] != 0
+            r.pos += 1
+        elif read == L_TABLE:
+            f.table = _lane_opt_str(r, &f.table_n)
+        elif read == L_ROW_ID:
+            f.row_id = _lane_opt_str(r, &f.row_id_n)
+        elif read == L_SUBXID:
+            f.subxid = _lane_opt_str(r, &f.subxid_n)
+        elif read == L_USER:
+            f.user = _lane_opt_str(r, &f.user_n)
+        elif read == L_CLIENT:
+            f.client = _lane_opt_str(r, &f.client_n)
+        elif read == L_ATTRS:  # only whether it has an entry
+            at = r.pos
+            f.has_attrs = read_block_count(r) != 0
+            r.pos = at
+            skip_node(<Node>root.children[i], r)
+        else:  # L_KEY: ["null", map]; only whether it has an entry
+            node = <Node>root.children[i]
+            if read_index(r, 2, "union") == 1:
+                at = r.pos
+                f.has_key = read_block_count(r) != 0
+                r.pos = at
+                skip_node(<Node>node.children[1], r)
+    return 0
+
+
+cdef bint lane_scan(bytes data, LaneFields* f) except -1:
+    """Validate data as a whole RawEvent exactly as make_view does, and read the fields the lane needs
+    in place. False when it is not a RawEvent (the Python path says why)."""
+    cdef Reader r
     r.buf = <const unsigned char*>_BUF(data)
     r.pos = 0
     r.end = PyBytes_GET_SIZE(data)
-    f.table = f.row_id = f.subxid = f.user = f.client = NULL
-    f.has_key = False
     try:
-        for i in range(root.n):
-            read = LANE_READ[i]
-            if read == L_SKIP:
-                skip_node(<Node>root.children[i], &r)
-            elif read == L_XID:
-                f.xid = _lane_str(&r, &f.xid_n)
-            elif read == L_OP:
-                f.op = read_index(&r, (<Node>root.children[i]).n, "enum")
-            elif read == L_SEQ:
-                f.seq = read_long(&r)
-            elif read == L_SCN:
-                f.scn = read_long(&r)
-            elif read == L_THREAD:
-                f.thread = read_long(&r)
-            elif read == L_TS_MS:
-                f.ts_ms = read_long(&r)
-            elif read == L_UNDO:
-                if r.pos >= r.end:
-                    _eof(&r, "boolean")
-                f.undo = r.buf[r.pos] != 0
-                r.pos += 1
-            elif read == L_TABLE:
-                f.table = _lane_opt_str(&r, &f.table_n)
-            elif read == L_ROW_ID:
-                f.row_id = _lane_opt_str(&r, &f.row_id_n)
-            elif read == L_SUBXID:
-                f.subxid = _lane_opt_str(&r, &f.subxid_n)
-            elif read == L_USER:
-                f.user = _lane_opt_str(&r, &f.user_n)
-            elif read == L_CLIENT:
-                f.client = _lane_opt_str(&r, &f.client_n)
-            else:  # L_KEY: ["null", map]; the lane needs to know only that it has an entry
-                node = <Node>root.children[i]
-                if read_index(&r, 2, "union") == 1:
-                    at = r.pos
-                    f.has_key = read_block_count(&r) != 0
-                    r.pos = at
-                    skip_node(<Node>node.children[1], &r)
+        scan_fields(&r, RAW_ROOT.n, f)
     except Exception:  # as make_view: whatever the reader raises, it is not a RawEvent
         return False
     return r.pos == r.end
