@@ -66,14 +66,16 @@ class PartitionEngine:
         self.stats = Stats()
         self.batch: Batch = store.batch()
         self._dirty: set[str] = set()
-        self._meta_stored: set[str] = set()  # xids whose metadata the store holds (a finished one's is deleted)
+        # xids whose metadata the store holds (a finished one's is deleted). After a restore, and until
+        # the re-read below is done (no checkpoint changes it meanwhile), these are the transactions
+        # the store knows.
+        self._meta_stored: set[str] = set()
         self._pos_dirty = False
         self._staging: list[Txn] = []  # transactions whose writes may be staged (see "staging" below)
         self.stage_horizon = stage_horizon
         # After a restore: records below _replay_to are re-read only to rebuild the transactions that
         # were staged (not in the store); those of transactions the store knows are skipped.
         self._replay_to = 0
-        self._replay_known: frozenset[str] = frozenset()
         # The compiled lane applies plain changes; a table filter sends every record to apply().
         self._lane = None if filters.include_tables or filters.exclude_tables else codec.buffer_changes
 
@@ -114,7 +116,7 @@ class PartitionEngine:
         problem = validate(e) or misplaced(key, e["xid"])
         if problem:
             return [] if replaying else self._dead(offset, key, value, problem)  # dead-lettered when first read
-        if replaying and (e["op"] == ev.HEARTBEAT or e["xid"] in self._replay_known or e["xid"] in self.completed):
+        if replaying and (e["op"] == ev.HEARTBEAT or e["xid"] in self._meta_stored or e["xid"] in self.completed):
             return []  # the store holds its effect already
         return self.apply_decoded(offset, key, value or b"", e, e.body_at)
 
@@ -456,8 +458,9 @@ class PartitionEngine:
     # A transaction keeps its writes in txn.staged, in memory, from its BEGIN until it finishes or
     # a checkpoint spills it: one that commits, is emitted and acknowledged (or rolls back) before
     # then never touches the store. A checkpoint spills the committed ones (a restart emits pending
-    # transactions from the store, in commit order) and those that began more than stage_horizon
-    # offsets ago; that bounds memory and the re-read below. The store then holds every other
+    # transactions from the store, in commit order), those that began more than stage_horizon
+    # offsets or STAGE_MAX_AGE_MS ago (that bounds memory and the re-read below), and all of them
+    # at a stop or a revoke (spill_all). The store then holds every other
     # transaction it knows, and the position record says where a restart must re-read from to
     # rebuild the staged ones: next_offset is the first offset of the oldest staged transaction,
     # replay_to the offset the store is complete to for all others (apply() skips their records
@@ -624,10 +627,9 @@ class PartitionEngine:
                 pending.append(txn)
         for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
-        eng._replay_known = frozenset(eng.open) | frozenset(eng.pending)
-        eng._meta_stored = set(eng._replay_known)
+        eng._meta_stored = set(eng.open) | set(eng.pending)
         if eng._replay_to:  # a staged transaction's markers come back with its re-read records
-            eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._replay_known}
+            eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._meta_stored}
         for fkey, outcome in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
             offset, xid = keys.fifo_decode(fkey)
             eng.fifo.append((offset, xid))

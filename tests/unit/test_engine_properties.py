@@ -54,6 +54,23 @@ def run_engine(feed: list[tuple[int, int, dict]], store_factory, filters=Filters
     return sink, dead
 
 
+def generated_feed(events: int, seed: int, open_txns: int, rates: tuple[float, ...]) -> list:
+    """(partition, offset, event) of a generated workload over 3 partitions; rates are those of
+    rollbacks, savepoints, subtransaction aborts, undo rows and LOB fragments."""
+    rollback, savepoint, subtxn, undo, lob = rates
+    workload = WorkloadGenerator(
+        events,
+        seed=seed,
+        open_txns=open_txns,
+        rollback_rate=rollback,
+        savepoint_rate=savepoint,
+        subtxn_abort_rate=subtxn,
+        undo_rate=undo,
+        lob_rate=lob,
+    )
+    return list(fan_out(workload, 3))
+
+
 def reference_of(feed, filters=Filters()) -> ReferenceModel:
     model = ReferenceModel(**{f: tuple(getattr(filters, f)) for f in Filters.__dataclass_fields__})
     for p, offset, event in feed:
@@ -195,17 +212,7 @@ def test_adversarial_interleavings_match_the_reference(events, filtered, tmp_pat
 def test_generated_workloads_match_the_reference_on_rocksdb(
     tmp_path_factory, seed, open_txns, rollback, savepoint, subtxn, undo, lob
 ):
-    workload = WorkloadGenerator(
-        3000,
-        seed=seed,
-        open_txns=open_txns,
-        rollback_rate=rollback,
-        savepoint_rate=savepoint,
-        subtxn_abort_rate=subtxn,
-        undo_rate=undo,
-        lob_rate=lob,
-    )
-    feed = list(fan_out(workload, 3))
+    feed = generated_feed(3000, seed, open_txns, (rollback, savepoint, subtxn, undo, lob))
     model = reference_of(feed)
     base = tmp_path_factory.mktemp("rocks")
     counter = iter(range(100))
@@ -322,18 +329,7 @@ def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: i
 def test_crashes_at_any_checkpoint_lose_and_reorder_nothing(seed, open_txns, batch, stage_horizon, crashes, rates):
     """Staged transactions are re-read after a restart, stored ones are not applied twice: the output,
     deduplicated by event_id, is the reference's; a crash right after a checkpoint duplicates nothing."""
-    rollback, savepoint, subtxn, undo, lob = rates
-    workload = WorkloadGenerator(
-        1500,
-        seed=seed,
-        open_txns=open_txns,
-        rollback_rate=rollback,
-        savepoint_rate=savepoint,
-        subtxn_abort_rate=subtxn,
-        undo_rate=undo,
-        lob_rate=lob,
-    )
-    feed = list(fan_out(workload, 3))
+    feed = generated_feed(1500, seed, open_txns, rates)
     model = reference_of(feed)
     sink = run_with_crashes(feed, batch, crashes, stage_horizon)
     note(f"crashes: {sorted(set(crashes.values()))}")
