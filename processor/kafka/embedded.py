@@ -217,9 +217,18 @@ class EmbeddedKafka:
         self._terminate(30.0)
         return self.start(timeout_s)
 
-    def pause(self) -> None:
-        """SIGSTOP (chaos testing): clients see a hung, not a dead, broker."""
+    def pause(self, timeout: float = 10.0) -> None:
+        """SIGSTOP (chaos testing): clients see a hung, not a dead, broker.
+
+        kill() only queues the signal; each JVM thread stops when the kernel next schedules it. On
+        a loaded machine a network thread can still answer a request sent right after kill(), so
+        this returns only once every thread is stopped."""
         os.kill(self.process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(self.process.pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"broker pid {self.process.pid} not stopped after {timeout}s")
+            time.sleep(0.005)
 
     def resume(self) -> None:
         os.kill(self.process.pid, signal.SIGCONT)
@@ -359,3 +368,15 @@ def _stop_leftovers() -> None:
     """A JVM must not outlive the Python process that forgot to stop it."""
     for broker in list(_running):
         broker._terminate(10.0)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """True once every thread of pid is in state T (stopped) per /proc/<pid>/task/*/stat."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # the thread exited meanwhile
+            continue
+        states.append(stat[stat.rindex(")") + 2])  # the comm field may hold spaces and ')'
+    return bool(states) and all(state in "tT" for state in states)

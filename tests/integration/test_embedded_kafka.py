@@ -161,6 +161,8 @@ def test_paused_broker_hangs_clients_until_resumed(kafka):
     admin.list_topics(timeout=10)
     kafka.pause()
     try:
+        # pause() returns only once every JVM thread is stopped, so no answer can race it
+        assert psutil.Process(kafka.process.pid).status() == psutil.STATUS_STOPPED
         with pytest.raises(KafkaException):
             admin.list_topics(timeout=1)
     finally:
