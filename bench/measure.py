@@ -32,6 +32,15 @@ def parse_ts(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+_broker_pid: int | None = None
+
+
+def watch_broker(pid: int | None) -> None:
+    """Sample this broker's CPU beside every measured process from now on."""
+    global _broker_pid
+    _broker_pid = pid
+
+
 class RssSampler(threading.Thread):
     """Peak resident set size of a process and its descendants."""
 
@@ -41,9 +50,11 @@ class RssSampler(threading.Thread):
         self.interval_s = interval_s
         self.peak = 0
         self.samples = 0
-        # (epoch s, CPU s of the process itself, CPU s of its main thread), every sample: the main
-        # thread runs the Python loop, the others are librdkafka's (and RocksDB's) own threads.
-        self.cpu: list[tuple[float, float, float]] = []
+        # (epoch s, CPU s of the process itself, CPU s of its main thread, CPU s of the broker), every
+        # sample: the main thread runs the Python loop, the others are librdkafka's (and RocksDB's)
+        # own threads; the broker shares the two cores, so what a run costs it counts too.
+        self.cpu: list[tuple[float, float, float, float]] = []
+        self.broker = psutil.Process(_broker_pid) if _broker_pid else None
         self._halt = threading.Event()
 
     def rss_now(self) -> int:
@@ -63,9 +74,10 @@ class RssSampler(threading.Thread):
         try:
             t = self.proc.cpu_times()
             main = next((th.user_time + th.system_time for th in self.proc.threads() if th.id == self.proc.pid), 0.0)
+            b = self.broker.cpu_times() if self.broker is not None else None
         except psutil.Error:
             return
-        self.cpu.append((time.time(), t.user + t.system, main))
+        self.cpu.append((time.time(), t.user + t.system, main, b.user + b.system if b else 0.0))
 
     def cpu_between(self, start: float | None, end: float | None, column: int = 1) -> float | None:
         """CPU seconds the process (column 2: its main thread) used between two instants (epoch s),
@@ -101,6 +113,7 @@ class ProcResult:
     log_tail: list = field(default_factory=list)
     cpu_after_join_s: float | None = None  # CPU seconds from the last assignment to done
     cpu_main_after_join_s: float | None = None  # of which the main thread's (the Python loop)
+    cpu_broker_after_join_s: float | None = None  # the embedded broker's over the same span
 
     def first(self, event: str) -> float | None:
         ts = self.markers.get(event)
@@ -225,7 +238,8 @@ class Proc:
         done = markers.get("run.available_now_done", [None])[0]
         cpu = self.rss.cpu_between(start, done)
         cpu_main = self.rss.cpu_between(start, done, column=2)
-        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu, cpu_main)
+        cpu_broker = self.rss.cpu_between(start, done, column=3) if self.rss.broker is not None else None
+        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu, cpu_main, cpu_broker)
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):

@@ -81,6 +81,8 @@ def _cpu(res: m.ProcResult, events: int) -> dict:
     if res.cpu_main_after_join_s is not None:  # the Python loop's thread; the rest is librdkafka's and RocksDB's
         out["cpu_main_s"] = res.cpu_main_after_join_s
         out["cpu_main_us_per_event"] = 1e6 * res.cpu_main_after_join_s / events
+    if res.cpu_broker_after_join_s is not None:  # the embedded broker, on the same two cores
+        out["broker_cpu_us_per_event"] = 1e6 * res.cpu_broker_after_join_s / events
     return out
 
 
@@ -710,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         with EmbeddedKafka() as broker:
+            m.watch_broker(broker.process.pid)
             bench = Bench(broker.bootstrap, sizes, workdir, RESULTS if args.profile else None)
             info["prepare"] = bench.prepare(only)
             for run in range(runs):
