@@ -233,14 +233,17 @@ class Runner:
         self.summary.events += len(msgs)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
+        deferred = False
         try:
             with self._commit_section:
-                self.delivery.end_batch(self._low_watermarks, self.consumer)
+                # A full batch means more are waiting: the delivery may defer settling (delivery.py).
+                deferred = self.delivery.end_batch(self._low_watermarks, self.consumer, len(msgs) >= self.cfg.max_batch)
         except TransactionAborted as exc:  # the group moved on mid-batch: rewind, do not exit
             self.eos_recovery.recover(exc.args[0])
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
-        p.checkpoint_all()
+        if not deferred:  # else its released transactions are unsettled: the checkpoint would spill them
+            p.checkpoint_all()
 
     def _abandon_old_transactions(self) -> None:
         """Retention policy: transactions open longer than max_open_age_ms (source time) are dropped

@@ -84,13 +84,13 @@ def test_a_member_joining_during_an_exactly_once_commit_is_rewound_in_process_no
     end_batch = runner.delivery.end_batch
     joiner = []
 
-    def end_batch_while_a_member_joins(offsets, consumer):
+    def end_batch_while_a_member_joins(offsets, consumer, backlog=False):
         if joiner or runner.delivery.committed_batches < 2 or not runner.delivery.in_transaction:
-            return end_batch(offsets, consumer)
+            return end_batch(offsets, consumer, backlog)
         stale = consumer.consumer_group_metadata()
         joiner.append(start_processor(cfg_b, "--available-now", "--available-now-timeout-ms", "240000", log_path=log_b))
         wait_for_stable_group(broker.bootstrap, topics.group, 2, 90, joiner[0])
-        return end_batch(offsets, StaleGroup(stale))
+        return end_batch(offsets, StaleGroup(stale), backlog)
 
     runner.delivery.end_batch = end_batch_while_a_member_joins
     try:
@@ -143,9 +143,9 @@ def test_an_aborted_batch_forgets_its_dead_lettered_changes_so_end_counts_them_o
     end_batch = runner.delivery.end_batch
     aborted = []
 
-    def abort_the_batch_that_dead_lettered(offsets, consumer):
+    def abort_the_batch_that_dead_lettered(offsets, consumer, backlog=False):
         if aborted or not runner.sink.oversized_changes:
-            return end_batch(offsets, consumer)
+            return end_batch(offsets, consumer, backlog)
         # As the broker aborts a transaction mid-batch: the dead letter is written, the END is not.
         runner.producer.flush(30)
         runner.producer.abort_transaction(30)

@@ -116,11 +116,11 @@ def test_sigterm_during_a_stuck_exactly_once_commit_exits_within_the_bound_commi
     end_batch = runner.delivery.end_batch
     before: dict[int, int] = {}
 
-    def end_batch_then_get_stuck(offsets, consumer):
+    def end_batch_then_get_stuck(offsets, consumer, backlog=False):
         if runner.delivery.committed_batches >= 3 and not stuck.is_set():
             before.update(_committed(broker.bootstrap, topics))  # the last committed batch's
             stuck.set()
-        return end_batch(offsets, consumer)
+        return end_batch(offsets, consumer, backlog)
 
     runner.delivery.end_batch = end_batch_then_get_stuck
     sent: list[float] = []

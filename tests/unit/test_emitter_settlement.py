@@ -147,6 +147,49 @@ def test_at_least_once_settles_a_batch_by_two_flushes_and_an_idle_one_by_none():
     assert producer.flushes == 2  # nothing sent: no flush
 
 
+def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    producer = FlushCountingProducer(sink.queued)
+    delivery = AtLeastOnce(producer, emitter, settle_interval_s=3600)
+    emitter.release(engine, commit(engine, "a", 2))
+    # A full batch, within the interval: no flush, nothing acknowledged, and the caller is told
+    # (it must not checkpoint a batch whose released transactions are unsettled).
+    assert delivery.end_batch(list, None, backlog=True) is True
+    assert producer.flushes == 0 and "END" not in sink.sent and "a" in engine.pending
+    assert cursor(engine.pending["a"]) == (-1, 0, {})
+    # A batch that is not full (caught up) settles at once, deferred or not before.
+    assert delivery.end_batch(list, None, backlog=False) is False
+    assert producer.flushes == 2 and sink.sent[-1] == "END" and not engine.pending
+
+
+def test_under_a_backlog_the_interval_bounds_the_deferral():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    producer = FlushCountingProducer(sink.queued)
+    delivery = AtLeastOnce(producer, emitter, settle_interval_s=0.05)
+    emitter.release(engine, commit(engine, "a", 2))
+    assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 0
+    time.sleep(0.06)
+    assert delivery.end_batch(list, None, backlog=True) is False
+    assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
+
+
+def test_under_a_backlog_a_queue_that_drained_on_its_own_settles_without_a_flush():
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    producer = FlushCountingProducer(sink.queued)
+    delivery = AtLeastOnce(producer, emitter, settle_interval_s=3600)
+    emitter.release(engine, commit(engine, "a", 2))
+    sink.deliver()  # librdkafka delivered everything meanwhile: the queue is empty
+    # The changes settle and END goes out; END itself is unsettled, so the batch is still deferred.
+    assert delivery.end_batch(list, None, backlog=True) is True
+    assert producer.flushes == 0 and sink.sent[-1] == "END" and "a" in engine.pending
+    sink.deliver()
+    assert delivery.end_batch(list, None, backlog=True) is False
+    assert producer.flushes == 0 and not engine.pending
+
+
 class StuckProducer(FlushCountingProducer):
     def flush(self, timeout=None):
         self.flushes += 1
