@@ -107,4 +107,17 @@ def buffer_changes(
     actions: list[Any],
 ) -> int: ...
 def partition_runs(records: list[Any]) -> tuple[dict[int, list[Any]], list[Any]]: ...
+def enable_transaction_writer(fallback: Callable[..., bytes]) -> None: ...
+def transaction_bytes(
+    status: str,
+    xid: str,
+    scn: int,
+    ts_ms: int,
+    thread: int,
+    event_count: int | None,
+    tables: dict[str, int] | None,
+    partition: int | None,
+    offset: int | None,
+    ordering: str | None,
+) -> bytes: ...
 def staged_range(staged: dict[bytes, Any], begin: bytes, end: bytes) -> list[tuple[bytes, Any]]: ...

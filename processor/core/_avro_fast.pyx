@@ -109,5 +109,6 @@ cdef class Codec:
 include "_raw_view.pxi"
 include "_change_writer.pxi"
 include "_change_key.pxi"
+include "_transaction_writer.pxi"
 include "_emit.pxi"
 include "_lane.pxi"

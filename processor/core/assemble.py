@@ -112,21 +112,25 @@ def change_event_bytes(
     )
 
 
+def _transaction_fields(
+    status: str, txn: Txn, ordering: str, event_count: int | None, tables: dict[str, int] | None
+) -> tuple[Any, ...]:
+    commit = txn.require_commit()
+    if status == "END":
+        return (status, txn.xid, commit.scn, commit.ts_ms, commit.thread, event_count, tables or {},
+                txn.partition, commit.offset, ordering)  # fmt: skip
+    return status, txn.xid, commit.scn, commit.ts_ms, commit.thread, None, None, None, None, ordering
+
+
 def transaction_event(
     status: str, txn: Txn, ordering: str, event_count: int | None = None, tables: dict[str, int] | None = None
 ) -> dict[str, Any]:
-    commit = txn.require_commit()
-    end = status == "END"
-    return {
-        "status": status,
-        "id": txn.xid,
-        "commit_scn": commit.scn,
-        "ts_ms": commit.ts_ms,
-        "thread": commit.thread,
-        "event_count": event_count if end else None,
-        "data_collections": [{"name": n, "event_count": c} for n, c in sorted((tables or {}).items())] if end else None,
-        "input_partition": txn.partition if end else None,
-        "commit_offset": commit.offset if end else None,
-        "ordering": ordering,
-        "reason": None,
-    }
+    """BEGIN or END of a committed transaction as a record (END carries its counts and position)."""
+    return ev.transaction_record(*_transaction_fields(status, txn, ordering, event_count, tables))
+
+
+def transaction_bytes(
+    status: str, txn: Txn, ordering: str, event_count: int | None = None, tables: dict[str, int] | None = None
+) -> bytes:
+    """transaction_event's record encoded; the compiled codec writes it without building the record."""
+    return codec.transaction_bytes(*_transaction_fields(status, txn, ordering, event_count, tables))

@@ -19,6 +19,8 @@ API (identical on both backends):
   buffer_changes(engine, records, i, open_txns, put, actions) -> int  the engine's fast lane (compiled only)
   partition_runs(records) -> ({partition: records}, errors)  a poll batch split by partition
   staged_range(staged, begin, end) -> [(key, value)]     a staged transaction's writes in key order
+  transaction_bytes(status, xid, scn, ts_ms, thread, event_count, tables, partition, offset, ordering)
+                                                         encode_transaction(events.transaction_record(...))
 
 A RawView is one RawEvent validated to its last byte: every field as an attribute or
 view["name"], `raw` (the record's bytes), `body_at` (where key/before/after/ddl start, the part
@@ -66,6 +68,7 @@ __all__ = [
     "encode_transaction",
     "partition_runs",
     "staged_range",
+    "transaction_bytes",
 ]
 
 log = structlog.get_logger(__name__)
@@ -282,6 +285,8 @@ def _compiled() -> dict[str, Any]:
     )
     fast.enable_change_key(_ev.change_key)
     fast.enable_lane(_ev.ROW_OPS, _ev.BEGIN, _ev.COMMIT)
+    encode = codecs["transaction_event"].encode
+    fast.enable_transaction_writer(lambda *fields: encode(_ev.transaction_record(*fields)))
     return codecs
 
 
@@ -307,6 +312,7 @@ change_stream: Callable[[Any, int, dict[str, int]], Any]
 buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None], list[Any]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
 staged_range: Callable[[dict[bytes, Any], bytes, bytes], list[tuple[bytes, Any]]]
+transaction_bytes: Callable[..., bytes]
 decode_raw_view: Callable[[bytes], RawView]
 _view_batch: Callable[[Iterable[bytes | None]], list[Any]]
 decode_raw: Callable[[bytes], dict[str, Any]]
@@ -326,6 +332,7 @@ if _codecs is not None:
     buffer_changes = _codecs["module"].buffer_changes
     partition_runs = _codecs["module"].partition_runs
     staged_range = _codecs["module"].staged_range
+    transaction_bytes = _codecs["module"].transaction_bytes
     decode_raw_view = _codecs["raw_event"].view
     _view_batch = _codecs["raw_event"].view_batch
     decode_raw, encode_raw = _codecs["raw_event"].decode, _codecs["raw_event"].encode
@@ -341,6 +348,10 @@ else:
     buffer_changes = no_lane
     partition_runs = py_partition_runs
     staged_range = py_staged_range
+
+    def transaction_bytes(*fields: Any) -> bytes:
+        return _ev.encode_transaction(_ev.transaction_record(*fields))
+
     decode_raw_view = _py_view
     _view_batch = _py_view_batch
     decode_raw, encode_raw = _ev.decode_raw, _ev.encode_raw

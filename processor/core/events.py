@@ -163,6 +163,36 @@ def decode_change(data: bytes) -> dict[str, Any]:
     return decode(change_schema(), data)
 
 
+def transaction_record(
+    status: str,
+    xid: str,
+    scn: int,
+    ts_ms: int,
+    thread: int,
+    event_count: int | None,
+    tables: dict[str, int] | None,
+    partition: int | None,
+    offset: int | None,
+    ordering: str | None,
+) -> dict[str, Any]:
+    """A TransactionEvent record; tables ({name: changes}, or None) become data_collections by name."""
+    return {
+        "status": status,
+        "id": xid,
+        "commit_scn": scn,
+        "ts_ms": ts_ms,
+        "thread": thread,
+        "event_count": event_count,
+        "data_collections": None
+        if tables is None
+        else [{"name": n, "event_count": c} for n, c in sorted(tables.items())],
+        "input_partition": partition,
+        "commit_offset": offset,
+        "ordering": ordering,
+        "reason": None,
+    }
+
+
 def encode_transaction(event: dict[str, Any]) -> bytes:
     return encode(transaction_schema(), event)
 

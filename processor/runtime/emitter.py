@@ -24,7 +24,7 @@ from typing import Any
 
 from processor.core import codec, keys
 from processor.core import events as ev
-from processor.core.assemble import change_event_bytes, change_writer, iter_changes, transaction_event
+from processor.core.assemble import change_event_bytes, change_writer, iter_changes, transaction_bytes
 from processor.core.contracts import Sink
 from processor.core.engine import PartitionEngine
 from processor.core.txn import Txn
@@ -106,9 +106,7 @@ class Emitter:
         self._sent(em)
         key = txn.xid.encode()
         failed = self._failed
-        self.sink.send_transaction(
-            key, codec.encode_transaction(transaction_event("BEGIN", txn, self.ordering)), failed
-        )
+        self.sink.send_transaction(key, transaction_bytes("BEGIN", txn, self.ordering), failed)
         send, tombstones = self.sink.send_change, self.tombstones
         stream = em.stream
         sent = 0
@@ -192,8 +190,8 @@ class Emitter:
             em.end_sent = True
             self._sent(em)
             ended = True
-            end = transaction_event("END", em.txn, self.ordering, em.produced, em.tables)
-            self.sink.send_transaction(em.txn.xid.encode(), codec.encode_transaction(end), self._failed)
+            end = transaction_bytes("END", em.txn, self.ordering, em.produced, em.tables)
+            self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
             if self.errors:
                 raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
