@@ -139,3 +139,11 @@ def test_every_kafka_command_reads_the_same_connection_settings(command, monkeyp
     assert (
         config_from_args(build_parser().parse_args([*command.split(), "--bootstrap", "flag:1"])).bootstrap == "flag:1"
     )
+
+
+def test_exactly_once_polls_bigger_batches_unless_max_batch_is_set():
+    # One Kafka transaction per batch: a fixed broker cost that bigger batches amortise.
+    assert load_config(None, env={}).max_batch == 5000
+    assert load_config(None, env={}, overrides={"guarantee": "exactly_once"}).max_batch == 20000
+    set_by_env = load_config(None, env={"TXBUFFER_GUARANTEE": "exactly_once", "TXBUFFER_MAX_BATCH": "300"})
+    assert set_by_env.max_batch == 300
