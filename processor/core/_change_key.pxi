@@ -26,16 +26,22 @@ cdef inline void w_u4(Writer* w, unsigned int cp) noexcept:
 
 cdef int w_json_str(Writer* w, object s) except -1:
     """A JSON string as json.dumps(ensure_ascii=True) writes it; 1 when s is not an exact str."""
-    cdef Py_ssize_t n, i = 0
-    cdef const unsigned char* p
-    cdef unsigned char c
-    cdef unsigned int cp
+    cdef Py_ssize_t n
+    cdef const char* p
     if not PyUnicode_CheckExact(s):
         return 1
-    p = <const unsigned char*>PyUnicode_AsUTF8AndSize(s, &n)
+    p = PyUnicode_AsUTF8AndSize(s, &n)
     if p == NULL:  # lone surrogates
         PyErr_Clear()
         return 1
+    return w_json_utf8(w, <const unsigned char*>p, n)
+
+
+cdef int w_json_utf8(Writer* w, const unsigned char* p, Py_ssize_t n) except -1:
+    """w_json_str of a string given as well-formed UTF-8 (a str's, or one validated as strictly)."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c
+    cdef unsigned int cp
     w_reserve(w, 6 * n + 2)  # at most 12 output bytes per 4-byte sequence, 6 per other byte
     w.buf[w.len] = 34
     w.len += 1
@@ -80,14 +86,28 @@ cdef int w_json_str(Writer* w, object s) except -1:
     return 0
 
 
+cdef int w_decimal(Writer* w, int64_t i) except -1:
+    """An int64 as json writes an int."""
+    cdef char digits[24]
+    cdef Py_ssize_t nd = 0
+    cdef uint64_t u = <uint64_t>i if i >= 0 else 0 - <uint64_t>i
+    while True:
+        digits[23 - nd] = <char>(48 + u % 10)
+        nd += 1
+        u //= 10
+        if u == 0:
+            break
+    if i < 0:
+        digits[23 - nd] = 45
+        nd += 1
+    return w_raw(w, digits + 24 - nd, nd)
+
+
 cdef int w_json_value(Writer* w, object v) except -1:
     cdef int64_t i
     cdef double d
     cdef Py_ssize_t n, k
     cdef const char* p
-    cdef char digits[24]
-    cdef Py_ssize_t nd
-    cdef uint64_t u
     if v is None:
         return w_raw(w, "null", 4)
     if v is True:
@@ -97,18 +117,7 @@ cdef int w_json_value(Writer* w, object v) except -1:
     if PyLong_CheckExact(v):
         if not exact_int64(v, &i):
             return 1
-        u = <uint64_t>i if i >= 0 else 0 - <uint64_t>i
-        nd = 0
-        while True:
-            digits[23 - nd] = <char>(48 + u % 10)
-            nd += 1
-            u //= 10
-            if u == 0:
-                break
-        if i < 0:
-            digits[23 - nd] = 45
-            nd += 1
-        return w_raw(w, digits + 24 - nd, nd)
+        return w_decimal(w, i)
     if PyFloat_CheckExact(v):
         d = PyFloat_AS_DOUBLE(v)
         if isnan(d):
@@ -171,6 +180,131 @@ cdef object change_key_c(object table, object key):
                 return CHANGE_KEY_FALLBACK(table, key)
         w_raw(&w, "}", 1)
         return w_result(&w)
+    finally:
+        w_free(&w)
+
+
+# The key map read straight from a buffered RawEvent's bytes (ChangeStream._next_in_place): no
+# dict, str or int objects per change. Up to KEY_FIELDS_MAX entries, written in the reference's
+# order (sort_keys: code point order, which is UTF-8 byte order); a duplicate name, a double
+# (json's float repr) or more entries return 1, and the caller decodes the map and takes
+# change_key_c instead.
+DEF KEY_FIELDS_MAX = 16
+
+cdef struct KeyField:
+    const unsigned char* name
+    Py_ssize_t name_n
+    int kind                        # the value's branch: 0 null, 1 boolean, 2 long, 4 string, 5 bytes
+    int64_t number                  # boolean or long
+    const unsigned char* data       # string or bytes
+    Py_ssize_t data_n
+
+
+cdef inline int _name_cmp(KeyField* a, KeyField* b) noexcept:
+    cdef Py_ssize_t n = a.name_n if a.name_n < b.name_n else b.name_n
+    cdef int c = memcmp(a.name, b.name, n) if n else 0
+    if c:
+        return c
+    return (a.name_n > b.name_n) - (a.name_n < b.name_n)
+
+
+cdef int change_key_raw(Reader* r, const char* table, Py_ssize_t table_n, Writer* w) except -1:
+    """events.change_key(table, key) with the key read at r (the RawEvent's `key` union). 0 when
+    written to w, 1 when the caller must decode the key and use change_key_c."""
+    cdef KeyField fields[KEY_FIELDS_MAX]
+    cdef KeyField tmp
+    cdef Py_ssize_t n = 0, i, j
+    cdef int64_t count, c
+    cdef int kind
+    if read_index(r, 2, "union"):
+        count = read_block_count(r)
+        while count != 0:
+            c = 0
+            while c < count:
+                if n == KEY_FIELDS_MAX:
+                    return 1
+                fields[n].name_n = read_size(r)
+                fields[n].name = r.buf + r.pos
+                r.pos += fields[n].name_n
+                kind = <int>read_index(r, 6, "union")
+                fields[n].kind = kind
+                if kind == 1:
+                    if r.pos >= r.end:
+                        _eof(r, "boolean")
+                    fields[n].number = r.buf[r.pos] != 0
+                    r.pos += 1
+                elif kind == 2:
+                    fields[n].number = read_long(r)
+                elif kind == 3:
+                    return 1  # a double: json's repr of the float, left to change_key_c
+                elif kind >= 4:
+                    fields[n].data_n = read_size(r)
+                    fields[n].data = r.buf + r.pos
+                    r.pos += fields[n].data_n
+                n += 1
+                c += 1
+            count = read_block_count(r)
+    for i in range(1, n):  # insertion sort: keys have a few fields
+        tmp = fields[i]
+        j = i - 1
+        while j >= 0 and _name_cmp(&fields[j], &tmp) > 0:
+            fields[j + 1] = fields[j]
+            j -= 1
+        fields[j + 1] = tmp
+    for i in range(1, n):
+        if _name_cmp(&fields[i - 1], &fields[i]) == 0:
+            return 1  # a duplicate name: the dict keeps the last one, the reference path decides
+    if table_n:
+        w_raw(w, table, table_n)
+    w_raw(w, "|{", 2)
+    for i in range(n):
+        if i:
+            w_raw(w, ",", 1)
+        w_json_utf8(w, fields[i].name, fields[i].name_n)
+        w_raw(w, ":", 1)
+        kind = fields[i].kind
+        if kind == 0:
+            w_raw(w, "null", 4)
+        elif kind == 1:
+            if fields[i].number:
+                w_raw(w, "true", 4)
+            else:
+                w_raw(w, "false", 5)
+        elif kind == 2:
+            w_decimal(w, fields[i].number)
+        elif kind == 4:
+            w_json_utf8(w, fields[i].data, fields[i].data_n)
+        else:  # bytes as hex, as the reference's json default hook writes them
+            w_reserve(w, 2 * fields[i].data_n + 2)
+            w.buf[w.len] = 34
+            w.len += 1
+            for j in range(fields[i].data_n):
+                w.buf[w.len] = HEX[fields[i].data[j] >> 4]
+                w.buf[w.len + 1] = HEX[fields[i].data[j] & 15]
+                w.len += 2
+            w.buf[w.len] = 34
+            w.len += 1
+    w_raw(w, "}", 1)
+    return 0
+
+
+def change_key_of_avro_key(table, bytes data):
+    """change_key_raw over data, the bytes of a RawEvent's `key` union: the Kafka key, or None
+    where it leaves the key to change_key_c (tests compare it with events.change_key)."""
+    cdef Reader r
+    cdef Writer w
+    cdef const char* t = NULL
+    cdef Py_ssize_t tn = 0
+    if table:
+        t = PyUnicode_AsUTF8AndSize(table, &tn)
+    r.buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    r.pos = 0
+    r.end = PyBytes_GET_SIZE(data)
+    w_init(&w)
+    try:
+        if change_key_raw(&r, t, tn, &w) == 0:
+            return w_result(&w)
+        return None
     finally:
         w_free(&w)
 

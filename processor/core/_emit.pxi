@@ -65,9 +65,11 @@ cdef class ChangeStream:
         cdef Py_ssize_t body_at
         cdef int op_index
         cdef int64_t total_order, collection_order
+        cdef Writer w
         r.buf = <const unsigned char*>PyBytes_AS_STRING(raw)
         r.pos = 0
         r.end = PyBytes_GET_SIZE(raw)
+        kafka_key = None
         try:
             scan_fields(&r, I_KEY, &f)  # validated when buffered; read again in place
             op_index = RAW_TO_CHANGE_OP[f.op]
@@ -76,7 +78,15 @@ cdef class ChangeStream:
             if f.has_attrs:
                 return NotImplemented
             body_at = r.pos
-            key = decode_node(<Node>root.children[I_KEY], &r)
+            w_init(&w)
+            try:
+                if change_key_raw(&r, f.table, f.table_n if f.table != NULL else 0, &w) == 0:
+                    kafka_key = w_result(&w)
+            finally:
+                w_free(&w)
+            if kafka_key is None:  # a key the bytes path leaves to the reference (change_key_raw)
+                r.pos = body_at
+                key = decode_node(<Node>root.children[I_KEY], &r)
         except Malformed as exc:
             raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
         if f.table == NULL:
@@ -88,7 +98,8 @@ cdef class ChangeStream:
             t = PyUnicode_DecodeUTF8(f.table, f.table_n, NULL)
             self._table_utf8 = PyBytes_FromStringAndSize(f.table, f.table_n)
             self._table = t
-        kafka_key = change_key_c(t, key)
+        if kafka_key is None:
+            kafka_key = change_key_c(t, key)
         total_order, collection_order = self.number(t)
         value = encode_change_in_place(self.writer, op_index, f.seq, f.scn, f.ts_ms, f.table, f.table_n, f.row_id,
                                        f.row_id_n, raw, body_at, total_order, collection_order)
