@@ -85,6 +85,8 @@ def bench_spark(
     conf: dict[str, str] | None = None,
     stage: str = "full",
     commit_ms: int = 1000,
+    dedup: str = "decoded",
+    fold_every: int = 1,
 ) -> dict:
     """Native Kafka source -> from_avro -> dedup -> Delta change log + MERGE into current state.
 
@@ -134,6 +136,8 @@ def bench_spark(
             until_rows=None if trigger == "available-now" else n_changes,
             merge_threads=merge_threads,
             stage=stage,
+            dedup=dedup,
+            fold_every=fold_every,
         )
         query_cpu_s = jvm_cpu_seconds(spark) - cpu0
         wrote = stage in ("changelog", "full")  # the cut stages before them write no lake
@@ -168,6 +172,8 @@ def bench_spark(
         "merge_threads": merge_threads,
         "stage": stage,
         "commit_ms": commit_ms,
+        "dedup": dedup,
+        "fold_every": fold_every,
         "conf": conf or {},
         "writes": summary.get("writes"),
         "merges": merges,
@@ -250,6 +256,19 @@ if __name__ == "__main__":
         default=1000,
         help="commit time between changes (ms): the change log's commit_date partitions and the dedup window",
     )
+    p.add_argument(
+        "--dedup",
+        default="decoded",
+        choices=("decoded", "keyed"),
+        help="drop redeliveries with dropDuplicatesWithinWatermark(event_id), or with dropDuplicates "
+        "on (event_id, commit time) (keyed)",
+    )
+    p.add_argument(
+        "--fold-every",
+        type=int,
+        default=1,
+        help="MERGE the current state every N batches from the change log (1: every batch)",
+    )
     a = p.parse_args()
     with EmbeddedKafka() as broker:
         out = bench_spark(
@@ -264,5 +283,7 @@ if __name__ == "__main__":
             conf=dict(c.split("=", 1) for c in a.conf),
             stage=a.stage,
             commit_ms=a.commit_ms,
+            dedup=a.dedup,
+            fold_every=a.fold_every,
         )
         print(json.dumps(out))

@@ -67,6 +67,9 @@ TABLE_WIDE = "*"  # tombstone key of a truncate
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+BATCH_COLUMN = "_txb_batch"  # the change log's micro-batch id, written when the state is folded (fold_every > 1)
+# What a fold reads back from the change log: what the MERGEs and inspect() use.
+FOLD_COLUMNS = ("table", "op", "key", "after", "event_id", "seq", "commit_scn", "commit_ts_ms")
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -118,8 +121,13 @@ class DeltaSinks:
         prune_every_batches: int = 50,
         merge_threads: int = 4,
         state: bool = True,
+        fold_every: int = 1,
     ):
         self.state = state  # False (bench.spark_bench --stage changelog): the change log only, no MERGEs
+        # > 1: the current state is folded from the change log every `fold_every` batches (fold())
+        self.fold_every = max(1, fold_every)
+        self.folds = join_uri(output.rstrip("/"), "_folds")
+        self._last_folded: int | None = None
         self.output = output.rstrip("/")
         self.app_id = app_id
         self.changelog = join_uri(self.output, "changelog")
@@ -140,6 +148,9 @@ class DeltaSinks:
         # plan analyzes that plan's expression objects again, and some of them are not safe from
         # two threads at once. from_avro's options are a CreateMap whose map builder is a field;
         # two MERGEs checking it together failed with DUPLICATED_MAP_KEY 'mode' (CI, stop 21).
+        if self.state and self.fold_every > 1:
+            self._append_and_fold(df, batch_id)
+            return
         df = df.localCheckpoint() if self.merge_threads > 1 else df.persist()
         try:
             started = time.monotonic()
@@ -171,14 +182,92 @@ class DeltaSinks:
         finally:
             release(df)
 
+    # ---- folding the current state from the change log ---------------------------------------
+    def _append_and_fold(self, df: Any, batch_id: int) -> None:
+        """fold_every > 1: the batch goes to the change log only (one write straight from the
+        stream's plan: no cache, no inspect), and every fold_every-th batch folds what the change
+        log gathered since the last fold into the current state."""
+        started = time.monotonic()
+        self.append_changelog(df, batch_id)
+        written: dict[str, Any] = {"batch": batch_id, "changelog_s": round(time.monotonic() - started, 2)}
+        if batch_id % self.fold_every == self.fold_every - 1:
+            written.update(self.fold(df.sparkSession, batch_id))
+        self.written = [*self.written[-99:], written]
+        log.info("spark.batch.written", **written)
+
+    def last_folded(self, spark: Any) -> int:
+        """The last batch id whose changes are folded into the current state (-1: none)."""
+        if self._last_folded is None:
+            if is_delta_table(spark, self.folds):
+                newest = spark.read.format("delta").load(self.folds).agg(F.max(BATCH_COLUMN)).collect()[0][0]
+                self._last_folded = -1 if newest is None else int(newest)
+            else:
+                self._last_folded = -1
+        return self._last_folded
+
+    def fold(self, spark: Any, upto: int) -> dict[str, Any]:
+        """MERGE the change log's batches after the last fold, up to batch `upto`, into the current
+        state, exactly as one micro-batch of all their changes would be (newest per key, tombstones,
+        truncates, schema evolution), with `upto` as the transaction version; then record the fold.
+
+        A crash before the fold is recorded repeats it on the replay: the tables it had committed
+        skip it by their transaction ids, and re-applying a change is not newer than itself. The
+        next fold starts after the recorded one, so no change is folded by none."""
+        last = self.last_folded(spark)
+        if last >= upto:
+            return {}
+        src = (
+            spark.read.format("delta")
+            .load(self.changelog)
+            .where((F.col(BATCH_COLUMN) > last) & (F.col(BATCH_COLUMN) <= upto))
+            .select(*FOLD_COLUMNS)
+        )
+        src = src.localCheckpoint() if self.merge_threads > 1 else src.persist()
+        try:
+            started = time.monotonic()
+            shape = self.inspect(src)
+            inspected = time.monotonic()
+            tables = self.merge_state(src, shape, upto) if shape.rows else []
+            merged = time.monotonic()
+        finally:
+            release(src)
+        self.record_fold(spark, last + 1, upto, shape.rows)
+        return {
+            "folded": [last + 1, upto],
+            "rows": shape.rows,
+            "tables": tables,
+            "inspect_s": round(inspected - started, 2),
+            "state_s": round(merged - inspected, 2),
+            **(self.last_timings if shape.rows else {}),
+        }
+
+    def record_fold(self, spark: Any, first: int, upto: int, rows: int) -> None:
+        """Append (upto, first, rows) to _folds: the batches up to `upto` are in the current state."""
+        (
+            spark.createDataFrame([(upto, first, rows)], f"{BATCH_COLUMN} long, from_batch long, rows long")
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", f"{self.app_id}:folds")
+            .option("txnVersion", upto)
+            .save(self.folds)
+        )
+        self._last_folded = upto
+
     # ---- change log -------------------------------------------------------------------------
     def append_changelog(self, df: Any, batch_id: int) -> None:
         day_ms = 86_400_000
+        writer = df.withColumn(
+            "commit_date", F.date_from_unix_date(F.floor(F.col("commit_ts_ms") / day_ms).cast("int"))
+        )
+        if self.state and self.fold_every > 1:
+            # The batch id leads the row, so the file statistics of the change log hold it and a fold
+            # reads only the files of the batches it folds.
+            writer = writer.select(F.lit(batch_id).cast("long").alias(BATCH_COLUMN), "*")
+        out = writer.write.format("delta").mode("append")
+        if self.state and self.fold_every > 1:  # a change log written before without the column
+            out = out.option("mergeSchema", "true")
         (
-            df.withColumn("commit_date", F.date_from_unix_date(F.floor(F.col("commit_ts_ms") / day_ms).cast("int")))
-            .write.format("delta")
-            .mode("append")
-            .partitionBy("table", "commit_date")
+            out.partitionBy("table", "commit_date")
             .option("txnAppId", f"{self.app_id}:changelog")
             .option("txnVersion", batch_id)
             .save(self.changelog)

@@ -90,6 +90,8 @@ def batch_durations(progress: list[dict]) -> list[dict]:
 
 
 STAGES = ("decode", "dedup", "changelog", "full")
+DEDUP_FORMS = ("decoded", "keyed")
+FOLD_EVERY_CONF = "spark.txbuffer.state.foldEvery"
 
 
 def _noop_write(df: Any, batch_id: int) -> None:
@@ -113,6 +115,8 @@ def run_job(
     until_rows: int | None = None,
     merge_threads: int = 4,
     stage: str = "full",
+    dedup: str = "decoded",
+    fold_every: int | None = None,
 ) -> dict:
     """Run the query. available-now returns once everything present at start is committed.
 
@@ -124,10 +128,17 @@ def run_job(
     current-state tables a batch MERGEs at once (processor.spark.delta_sink). `stage` (benchmarks)
     cuts the pipeline short to measure its parts: "decode" (Kafka read and decode into a no-op
     write), "dedup" (and the event_id dedup), "changelog" (and the batch's cache, inspect aggregate
-    and change-log append), "full" (and the current-state MERGEs).
+    and change-log append), "full" (and the current-state MERGEs). `dedup` (benchmarks): "decoded"
+    drops redeliveries with dropDuplicatesWithinWatermark(event_id); "keyed" with dropDuplicates
+    on (event_id, commit time). `fold_every` (default:
+    the session conf spark.txbuffer.state.foldEvery, else 1): MERGE the current-state tables every
+    that many micro-batches, from what the change log gathered meanwhile, instead of every batch;
+    when the query ends, what is left is folded before this returns.
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: one of {', '.join(STAGES)}")
+    if dedup not in DEDUP_FORMS:
+        raise ValueError(f"unknown dedup {dedup!r}: one of {', '.join(DEDUP_FORMS)}")
     spark = spark or spark_session()
     require_delta(spark)
     native = has_native_kafka(spark) if native is None else native
@@ -151,12 +162,25 @@ def run_job(
         ending_offsets=ending,
         kafka_options=kafka_options,
     )
-    deduped = (
-        changes.withColumn("commit_ts", F.timestamp_millis("commit_ts_ms"))
-        .withWatermark("commit_ts", dedup_horizon)
-        .dropDuplicatesWithinWatermark(["event_id"])
+
+    def drop_redeliveries(df: Any) -> Any:
+        watermarked = df.withColumn("commit_ts", F.timestamp_millis("commit_ts_ms")).withWatermark(
+            "commit_ts", dedup_horizon
+        )
+        if dedup == "keyed":
+            # A redelivery repeats the commit time too: with it in the key, Spark's plain
+            # streaming dedup evicts each id once the watermark passes its commit time.
+            return watermarked.dropDuplicates(["event_id", "commit_ts"])
+        return watermarked.dropDuplicatesWithinWatermark(["event_id"])
+
+    deduped = drop_redeliveries(changes)
+    if fold_every is None:
+        fold_every = int(spark.conf.get(FOLD_EVERY_CONF, "1") or "1")
+    if fold_every < 1:
+        raise ValueError(f"fold_every must be at least 1, not {fold_every}")
+    sinks = DeltaSinks(
+        output, app_id_for(checkpoint), merge_threads=merge_threads, state=stage == "full", fold_every=fold_every
     )
-    sinks = DeltaSinks(output, app_id_for(checkpoint), merge_threads=merge_threads, state=stage == "full")
     target: Any = sinks if stage in ("changelog", "full") else _noop_write
     stream = changes if stage == "decode" else deduped
     writer = (
@@ -197,6 +221,12 @@ def run_job(
         if failure is not None:
             raise RuntimeError(f"spark query failed: {failure}")
     progress = query.recentProgress
+    if sinks.state and sinks.fold_every > 1 and progress and failure is None:
+        # Fold the batches after the last fold. Only completed batches (those in the progress): a
+        # batch the stop interrupted is replayed by the next run and folded there.
+        flushed = sinks.fold(spark, max(p["batchId"] for p in progress))
+        if flushed:
+            log.info("spark.state.folded_at_end", **{k: v for k, v in flushed.items() if k != "merge_jobs"})
     summary = {
         "native": native,
         "batches": len([p for p in progress if p["numInputRows"]]),
@@ -207,6 +237,7 @@ def run_job(
         "seconds": round(time.monotonic() - started, 3),
         "ending_offsets": ending,
         "merge_threads": merge_threads,
+        "fold_every": fold_every,
         "writes": sinks.written,  # per batch: inspect, change log, MERGE seconds and Spark jobs per table
     }
     if summary["dropped_by_watermark"]:

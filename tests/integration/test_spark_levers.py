@@ -7,6 +7,7 @@ import pytest
 
 from processor.spark.delta_sink import DeltaSinks
 from processor.spark.readback import read_changelog, read_state, row_counts, state_tables
+from processor.testing.lake_checks import compare_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -43,3 +44,125 @@ def test_tables_with_deletion_vectors_read_back_without_the_deleted_rows(spark, 
     assert read_state(out) == {"app.dv": expected}
     assert row_counts(out) == {"app.dv": 6}
     assert read_changelog(out, ["event_id"]).num_rows == 11
+
+
+# ---- folding the current state every N batches (fold_every) ------------------------------------
+
+
+def fold_workload(seed: int) -> list[list[dict]]:
+    """Four batches of the two-table workload (updates, deletes, re-inserts), the newer commits
+    first, so that within a fold and across folds a later change lands before an earlier one."""
+    import random
+
+    from tests.integration.test_spark_sinks import workload
+
+    rng = random.Random(seed)
+    events = workload(80, seed=seed)
+    newer = [ev for ev in events if ev["source"]["commit_scn"] >= 1400]
+    older = [ev for ev in events if ev["source"]["commit_scn"] < 1400][::-1]
+    rng.shuffle(newer)
+    half_n, half_o = len(newer) // 2, len(older) // 2
+    return [newer[:half_n], newer[half_n:], older[:half_o], older[half_o:]]
+
+
+def avro_frame(spark, batch: list[dict]):
+    from processor.spark.decode import decode_native
+    from processor.testing.spark_synth import kafka_record
+
+    records = [(bytearray(kafka_record(ev)[1]), 0, i, None) for i, ev in enumerate(batch)]
+    return decode_native(
+        spark.createDataFrame(records, "value binary, partition int, offset long, timestamp timestamp")
+    )
+
+
+def lake_versions(out) -> dict:
+    from deltalake import DeltaTable
+
+    paths = {"changelog": out / "changelog", "_deletes": out / "_deletes", "_folds": out / "_folds"}
+    paths.update(state_tables(out))
+    return {name: DeltaTable(str(p)).version() for name, p in paths.items() if (p / "_delta_log").exists()}
+
+
+def test_folding_every_two_batches_keeps_newest_wins_tombstones_and_exactly_once(spark, tmp_path):
+    """fold_every=2: batches 0 and 2 reach the change log only, batches 1 and 3 fold what gathered
+    into the current state (newer commits first, deletes before the inserts they delete, within
+    and across folds). A fold that crashed before it was recorded is redone on the replay without
+    a new version of any table it had committed; a replayed fold batch changes nothing."""
+    from tests.integration.test_spark_sinks import reference
+
+    batches = fold_workload(seed=31)
+    out = tmp_path / "out"
+
+    class CrashOnce(DeltaSinks):
+        crashed = False
+
+        def record_fold(self, spark, first, upto, rows):
+            if upto == 3 and not CrashOnce.crashed:
+                CrashOnce.crashed = True
+                raise RuntimeError("driver killed after the MERGEs, before the fold was recorded")
+            super().record_fold(spark, first, upto, rows)
+
+    sinks = CrashOnce(out.as_uri(), "fold-test", merge_threads=4, fold_every=2)
+    sinks(avro_frame(spark, batches[0]), 0)
+    assert state_tables(out) == {}  # not folded yet: the change log only
+    assert read_changelog(out, ["event_id"]).num_rows == len(batches[0])
+    sinks(avro_frame(spark, batches[1]), 1)
+    assert compare_state(out, reference(batches[0] + batches[1])) == {}
+    folded = lake_versions(out)
+    DeltaSinks(out.as_uri(), "fold-test", fold_every=2)(avro_frame(spark, batches[1]), 1)  # a replay
+    assert lake_versions(out) == folded
+
+    sinks(avro_frame(spark, batches[2]), 2)
+    assert compare_state(out, reference(batches[0] + batches[1])) == {}  # batch 2 waits for the next fold
+    with pytest.raises(RuntimeError, match="before the fold was recorded"):
+        sinks(avro_frame(spark, batches[3]), 3)
+    assert compare_state(out, reference([ev for b in batches for ev in b])) == {}
+    merged = {k: v for k, v in lake_versions(out).items() if k != "_folds"}
+
+    restarted = DeltaSinks(out.as_uri(), "fold-test", merge_threads=4, fold_every=2)
+    restarted(avro_frame(spark, batches[3]), 3)  # Spark replays batch 3 on the restarted driver
+    after = lake_versions(out)
+    assert {k: v for k, v in after.items() if k != "_folds"} == merged  # every write skipped
+    assert after["_folds"] == folded["_folds"] + 1  # the fold is recorded now
+    assert restarted.fold(spark, 3) == {}  # and nothing is left to fold
+    assert compare_state(out, reference([ev for b in batches for ev in b])) == {}
+    ids = read_changelog(out, ["event_id"]).column("event_id").to_pylist()
+    assert sorted(ids) == sorted(ev["event_id"] for b in batches for ev in b)
+
+
+def test_run_job_folds_every_three_batches_and_at_the_end(spark, broker, changes_topic, tmp_path):
+    """Through Kafka, with redeliveries: the state MERGEd every three micro-batches, and what the
+    last fold left is folded before run_job returns."""
+    import random
+
+    from processor.spark.job import run_job
+    from tests.integration.test_spark_sinks import produce, reference, workload
+
+    events = workload(60, seed=41)
+    rng = random.Random(4)
+    redelivered = events + rng.sample(events, 25)
+    produce(broker.bootstrap, changes_topic, redelivered, partition_of=lambda ev: rng.randrange(3))
+    out = tmp_path / "out"
+    summary = run_job(
+        broker.bootstrap,
+        changes_topic,
+        str(tmp_path / "ck"),
+        out.as_uri(),
+        spark=spark,
+        max_offsets_per_trigger=40,
+        dedup_horizon="1000 days",
+        fold_every=3,
+    )
+    assert summary["input_rows"] == len(redelivered) and summary["fold_every"] == 3
+    assert compare_state(out, reference(events)) == {}
+    ids = read_changelog(out, ["event_id"]).column("event_id").to_pylist()
+    assert sorted(ids) == sorted(ev["event_id"] for ev in events)
+    from deltalake import DeltaTable
+
+    # The folds cover every batch once, in order, up to the last one the query ran.
+    folds = sorted(
+        (f["from_batch"], f["_txb_batch"]) for f in DeltaTable(str(out / "_folds")).to_pyarrow_table().to_pylist()
+    )
+    last = max(b["batch"] for b in summary["batch_durations"])
+    assert [f for f, _ in folds] == [0] + [upto + 1 for _, upto in folds[:-1]] and folds[-1][1] == last
+    assert len(folds) >= 2  # at least one fold in the stream and the one at the end
