@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     summary = Runner(cfg).run()
     out = {k: v for k, v in summary.__dict__.items() if isinstance(v, (int, float, str))}
+    out["phases"] = summary.phases.seconds()  # the loop's wall and CPU seconds by phase
     out.update(started=started, finished=time.time())
     print(json.dumps(out), flush=True)
     return 0

@@ -246,6 +246,7 @@ class Bench:
             **_cpu(res, w.events),
             "changes_emitted": res.summary.get("changes_emitted"),
             "expected_changes": w.committed_changes,
+            "phases": res.summary.get("phases"),  # the loop's wall and CPU seconds: computing or waiting
             "transactions": {  # what outputs_complete compares
                 "committed": res.summary.get("committed"),
                 "expected_committed": w.committed,

@@ -49,7 +49,8 @@ def run(args) -> int:
         port = metrics.start_server(cfg.metrics_host, cfg.metrics_port)
         log.info("metrics.serving", url=f"http://{cfg.metrics_host}:{port}/metrics")
     summary = Runner(cfg, metrics=metrics).run()
-    log.info("run.done", **{k: v for k, v in summary.__dict__.items()}, events_per_s=round(summary.events_per_s))
+    figures = {k: v for k, v in summary.__dict__.items() if k != "phases"}  # logged as run.phases
+    log.info("run.done", **figures, events_per_s=round(summary.events_per_s))
     return 0
 
 

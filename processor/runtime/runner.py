@@ -139,9 +139,10 @@ class Runner:
                 # Return at the first record, not when max_batch are there (kafka/poll.py); while
                 # released changes wait for their acks, wake often so END follows them promptly.
                 wait_s = ACK_WAIT_S if self.emitter.queue else IDLE_WAIT_S
+                lap = self.summary.phases.now()
                 with self._poll_section:
                     msgs = poll_batch(self.consumer, cfg.max_batch, wait_s)
-                self._process(msgs)
+                self._process(msgs, self.summary.phases.lap("poll", lap))
                 now = time.monotonic()
                 self.watch.update(bool(p.held), now)
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
@@ -212,8 +213,8 @@ class Runner:
             log.info("run.stop_requested")
         self.stop_requested = True
 
-    def _process(self, msgs) -> None:
-        p, dispatcher = self.partitions, self.dispatcher
+    def _process(self, msgs, lap: tuple[float, float]) -> None:
+        p, dispatcher, clock = self.partitions, self.dispatcher, self.summary.phases
         if msgs or p.to_resume or dispatcher.busy:
             self.delivery.begin_batch()
         # Transactions a previous run left committed-but-unfinished go out before anything this
@@ -231,8 +232,10 @@ class Runner:
             if actions:
                 dispatcher.perform(state.engine, actions)
         self.summary.events += len(msgs)
+        lap = clock.lap("apply", lap)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
+        lap = clock.lap("release", lap)
         deferred = False
         try:
             with self._commit_section:
@@ -242,8 +245,10 @@ class Runner:
             self.eos_recovery.recover(exc.args[0])
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
+        lap = clock.lap("settle", lap)
         if not deferred:  # else its released transactions are unsettled: the checkpoint would spill them
             p.checkpoint_all()
+        clock.lap("checkpoint", lap)
 
     def _abandon_old_transactions(self) -> None:
         """Retention policy: transactions open longer than max_open_age_ms (source time) are dropped
@@ -376,6 +381,7 @@ class Runner:
         s.add_engine_counts(self.partitions.engines())
         s.restores = self.partitions.restores
         s.lost_events = self.partitions.lost_events
+        log.info("run.phases", **s.phases.seconds())
 
 
 class _ClosingStep:

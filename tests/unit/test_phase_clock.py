@@ -1,0 +1,33 @@
+"""The loop's phase clock (processor/runtime/figures.py): wall and CPU seconds per phase, so a slow
+run tells computing from waiting."""
+
+from __future__ import annotations
+
+import time
+
+from processor.runtime.figures import PhaseClock, RunSummary
+
+
+def test_a_wait_counts_as_wall_time_and_work_as_cpu_time_of_its_phase():
+    clock = PhaseClock()
+    lap = clock.now()
+    time.sleep(0.05)
+    lap = clock.lap("poll", lap)
+    deadline = time.thread_time() + 0.05
+    while time.thread_time() < deadline:
+        pass
+    clock.lap("apply", lap)
+    phases = clock.seconds()
+    assert list(phases) == ["poll", "apply"]
+    assert phases["poll"]["wall_s"] >= 0.05 and phases["poll"]["cpu_s"] < 0.02
+    assert phases["apply"]["cpu_s"] >= 0.045 and phases["apply"]["wall_s"] >= phases["apply"]["cpu_s"] - 0.005
+
+
+def test_laps_of_a_phase_add_up_and_each_run_has_its_own_clock():
+    clock = PhaseClock()
+    for _ in range(3):
+        lap = clock.now()
+        time.sleep(0.01)
+        clock.lap("settle", lap)
+    assert clock.seconds()["settle"]["wall_s"] >= 0.03
+    assert RunSummary().phases is not RunSummary().phases
