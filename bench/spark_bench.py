@@ -85,7 +85,6 @@ def bench_spark(
     conf: dict[str, str] | None = None,
     stage: str = "full",
     commit_ms: int = 1000,
-    dedup: str = "decoded",
     fold_every: int = 1,
 ) -> dict:
     """Native Kafka source -> from_avro -> dedup -> Delta change log + MERGE into current state.
@@ -136,7 +135,6 @@ def bench_spark(
             until_rows=None if trigger == "available-now" else n_changes,
             merge_threads=merge_threads,
             stage=stage,
-            dedup=dedup,
             fold_every=fold_every,
         )
         query_cpu_s = jvm_cpu_seconds(spark) - cpu0
@@ -172,7 +170,6 @@ def bench_spark(
         "merge_threads": merge_threads,
         "stage": stage,
         "commit_ms": commit_ms,
-        "dedup": dedup,
         "fold_every": fold_every,
         "conf": conf or {},
         "writes": summary.get("writes"),
@@ -257,13 +254,6 @@ if __name__ == "__main__":
         help="commit time between changes (ms): the change log's commit_date partitions and the dedup window",
     )
     p.add_argument(
-        "--dedup",
-        default="decoded",
-        choices=("decoded", "keyed"),
-        help="drop redeliveries with dropDuplicatesWithinWatermark(event_id), or with dropDuplicates "
-        "on (event_id, commit time) (keyed)",
-    )
-    p.add_argument(
         "--fold-every",
         type=int,
         default=1,
@@ -283,7 +273,6 @@ if __name__ == "__main__":
             conf=dict(c.split("=", 1) for c in a.conf),
             stage=a.stage,
             commit_ms=a.commit_ms,
-            dedup=a.dedup,
             fold_every=a.fold_every,
         )
         print(json.dumps(out))

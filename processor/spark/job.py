@@ -90,7 +90,6 @@ def batch_durations(progress: list[dict]) -> list[dict]:
 
 
 STAGES = ("decode", "dedup", "changelog", "full")
-DEDUP_FORMS = ("decoded", "keyed")
 FOLD_EVERY_CONF = "spark.txbuffer.state.foldEvery"
 
 
@@ -115,7 +114,6 @@ def run_job(
     until_rows: int | None = None,
     merge_threads: int = 4,
     stage: str = "full",
-    dedup: str = "decoded",
     fold_every: int | None = None,
 ) -> dict:
     """Run the query. available-now returns once everything present at start is committed.
@@ -128,17 +126,13 @@ def run_job(
     current-state tables a batch MERGEs at once (processor.spark.delta_sink). `stage` (benchmarks)
     cuts the pipeline short to measure its parts: "decode" (Kafka read and decode into a no-op
     write), "dedup" (and the event_id dedup), "changelog" (and the batch's cache, inspect aggregate
-    and change-log append), "full" (and the current-state MERGEs). `dedup` (benchmarks): "decoded"
-    drops redeliveries with dropDuplicatesWithinWatermark(event_id); "keyed" with dropDuplicates
-    on (event_id, commit time). `fold_every` (default:
-    the session conf spark.txbuffer.state.foldEvery, else 1): MERGE the current-state tables every
-    that many micro-batches, from what the change log gathered meanwhile, instead of every batch;
-    when the query ends, what is left is folded before this returns.
+    and change-log append), "full" (and the current-state MERGEs). `fold_every` (default: the
+    session conf spark.txbuffer.state.foldEvery, else 1): MERGE the current-state tables every that
+    many micro-batches, from what the change log gathered meanwhile, instead of every batch; when
+    the query ends, what is left is folded before this returns.
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: one of {', '.join(STAGES)}")
-    if dedup not in DEDUP_FORMS:
-        raise ValueError(f"unknown dedup {dedup!r}: one of {', '.join(DEDUP_FORMS)}")
     spark = spark or spark_session()
     require_delta(spark)
     native = has_native_kafka(spark) if native is None else native
@@ -162,18 +156,11 @@ def run_job(
         ending_offsets=ending,
         kafka_options=kafka_options,
     )
-
-    def drop_redeliveries(df: Any) -> Any:
-        watermarked = df.withColumn("commit_ts", F.timestamp_millis("commit_ts_ms")).withWatermark(
-            "commit_ts", dedup_horizon
-        )
-        if dedup == "keyed":
-            # A redelivery repeats the commit time too: with it in the key, Spark's plain
-            # streaming dedup evicts each id once the watermark passes its commit time.
-            return watermarked.dropDuplicates(["event_id", "commit_ts"])
-        return watermarked.dropDuplicatesWithinWatermark(["event_id"])
-
-    deduped = drop_redeliveries(changes)
+    deduped = (
+        changes.withColumn("commit_ts", F.timestamp_millis("commit_ts_ms"))
+        .withWatermark("commit_ts", dedup_horizon)
+        .dropDuplicatesWithinWatermark(["event_id"])
+    )
     if fold_every is None:
         fold_every = int(spark.conf.get(FOLD_EVERY_CONF, "1") or "1")
     if fold_every < 1:

@@ -166,3 +166,9 @@ def test_run_job_folds_every_three_batches_and_at_the_end(spark, broker, changes
     last = max(b["batch"] for b in summary["batch_durations"])
     assert [f for f, _ in folds] == [0] + [upto + 1 for _, upto in folds[:-1]] and folds[-1][1] == last
     assert len(folds) >= 2  # at least one fold in the stream and the one at the end
+
+
+def test_the_session_does_not_count_the_dedup_state_rows_unless_the_launcher_asks(spark):
+    """trackTotalNumberOfRows costs a RocksDB read before every write of the event_id dedup; the
+    session turns it off as a default (the tests' launcher leaves it unset)."""
+    assert spark.conf.get("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows") == "false"
