@@ -12,13 +12,13 @@ their cursors move and their ENDs go out, and a second flush settles those ENDs.
 settling only when the queue drains on its own or the oldest output waited 20 ms, the flush per
 batch used no more CPU per event and gave a lower commit-to-END latency (issue 14).
 
-Under a backlog (the poll returned a full batch: the next one is already waiting) the flush is
-deferred, at most settle_interval_ms: the loop goes on to the next batch while librdkafka delivers
+Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are waiting)
+the flush is deferred, at most SETTLE_INTERVAL_S: the loop goes on to the next batch while librdkafka delivers
 this one's outputs, instead of waiting a round trip per batch (the steady bench spent ~15% of its
 wall time in these flushes). The runner skips the checkpoint after a deferred settlement
 (end_batch returns True), so a checkpoint does not find released-but-unsettled transactions to
 spill; a crash in between re-reads and re-emits from the last checkpoint, as at_least_once allows.
-A batch that is not full (caught up) settles at once, so latency below saturation is unchanged.
+A batch after one that was not full settles at once, so latency below saturation is unchanged.
 
 exactly_once: each poll batch is one Kafka transaction holding its outputs (changes, BEGIN/END,
 dead letters) and the input offsets they imply (send_offsets_to_transaction). Every transaction
