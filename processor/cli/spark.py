@@ -53,6 +53,13 @@ def register(sub) -> None:
         default=4,
         help="current-state tables a micro-batch MERGEs at once (1: one after another; default 4)",
     )
+    p.add_argument(
+        "--fold-every",
+        type=positive_int,
+        default=None,
+        help="MERGE the current-state tables every N micro-batches from the change log, which every batch "
+        "appends (docs/lakehouse.md: the tables lag by up to N batches); default 1, or spark.txbuffer.state.foldEvery",
+    )
     p.add_argument("--master", default=None, help="Spark master URL; default: the launcher's (spark-submit, MASTER)")
     p.add_argument("--properties-file", default=None, help="Spark properties file (key value per line)")
     p.add_argument(
@@ -117,6 +124,7 @@ def run(args) -> int:
             native=None if args.source == "auto" else args.source == "native",
             dedup_horizon=args.dedup_horizon,
             merge_threads=args.merge_threads,
+            fold_every=args.fold_every,
         )
     finally:
         spark.stop()

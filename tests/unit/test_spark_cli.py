@@ -50,9 +50,10 @@ def test_merge_threads_reaches_run_job(monkeypatch):
 
     monkeypatch.setattr(job, "spark_session", fake_session)
     monkeypatch.setattr(job, "run_job", fake_run_job)
-    args = parse("--merge-threads", "2", "--conf", "spark.sql.shuffle.partitions=4")
+    args = parse("--merge-threads", "2", "--conf", "spark.sql.shuffle.partitions=4", "--fold-every", "3")
     assert args.func(args) == 0
     assert calls["kwargs"]["merge_threads"] == 2
+    assert calls["kwargs"]["fold_every"] == 3
     assert calls["args"][:4] == ("k:9092", "txbuffer.changes", "s3a://b/ck", "s3a://b/lake")
     assert calls["conf"] == {"spark.sql.shuffle.partitions": "4"}
     assert FakeSession.stopped
@@ -69,3 +70,9 @@ def test_run_job_refuses_an_unknown_stage_before_starting_spark(monkeypatch):
     assert job.STAGES == ("decode", "dedup", "changelog", "full")
     with pytest.raises(ValueError, match="unknown stage 'merge'"):
         job.run_job("k:9092", "t", "/ck", "/out", stage="merge")
+
+
+def test_fold_every_is_left_to_the_session_conf_unless_given():
+    assert parse().fold_every is None  # run_job then reads spark.txbuffer.state.foldEvery, else 1
+    with pytest.raises(SystemExit):
+        parse("--fold-every", "0")
