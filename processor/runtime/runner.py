@@ -81,7 +81,7 @@ class Runner:
         )
         # The output mode (envelope: txbuffer | debezium) picks the emitter's sink.
         self.emitter = Emitter(make_output(cfg, self.sink, n_out), cfg.ordering, cfg.tombstones)
-        self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter)
+        self.delivery = for_guarantee(cfg.guarantee, self.producer, self.emitter, cfg.settle_interval_ms / 1000)
         self.dispatcher = Dispatcher(cfg, self.sink, self.emitter, self.producer)
         self.offsets = OffsetCommitter(cfg.raw_topic, self.sink, self.producer.poll)
         self.partitions = Partitions(

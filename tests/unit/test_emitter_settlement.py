@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from processor.core import events as ev
 from processor.core.engine import Committed, PartitionEngine
-from processor.kafka.delivery import AtLeastOnce
+from processor.kafka.delivery import AtLeastOnce, for_guarantee
 from processor.kafka.sink import KafkaSink
 from processor.runtime.emitter import DeliveryFailed, Emitter
 from processor.store.memory import MemoryStore
@@ -161,6 +161,17 @@ def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
     # A batch that is not full (caught up) settles at once, deferred or not before.
     assert delivery.end_batch(list, None, backlog=False) is False
     assert producer.flushes == 2 and sink.sent[-1] == "END" and not engine.pending
+
+
+def test_by_default_a_backlog_defers_nothing():
+    # settle_interval_ms is 0 unless set: near saturation a deferral delays ENDs (delivery.py).
+    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    producer = FlushCountingProducer(sink.queued)
+    delivery = for_guarantee("at_least_once_dedup", producer, emitter)
+    emitter.release(engine, commit(engine, "a", 2))
+    assert delivery.end_batch(list, None, backlog=True) is False
+    assert producer.flushes == 2 and not engine.pending
 
 
 def test_under_a_backlog_the_interval_bounds_the_deferral():
