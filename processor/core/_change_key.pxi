@@ -86,6 +86,21 @@ cdef int w_json_utf8(Writer* w, const unsigned char* p, Py_ssize_t n) except -1:
     return 0
 
 
+cdef int w_json_hex(Writer* w, const unsigned char* p, Py_ssize_t n) except -1:
+    """Bytes as a JSON string of lowercase hex, as events.change_key's json default hook writes them."""
+    cdef Py_ssize_t k
+    w_reserve(w, 2 * n + 2)
+    w.buf[w.len] = 34
+    w.len += 1
+    for k in range(n):
+        w.buf[w.len] = HEX[p[k] >> 4]
+        w.buf[w.len + 1] = HEX[p[k] & 15]
+        w.len += 2
+    w.buf[w.len] = 34
+    w.len += 1
+    return 0
+
+
 cdef int w_decimal(Writer* w, int64_t i) except -1:
     """An int64 as json writes an int."""
     cdef char digits[24]
@@ -129,19 +144,8 @@ cdef int w_json_value(Writer* w, object v) except -1:
         return w_raw(w, p, n)
     if PyUnicode_CheckExact(v):
         return w_json_str(w, v)
-    if PyBytes_CheckExact(v):  # json's default hook of events.change_key: bytes as hex
-        n = PyBytes_GET_SIZE(v)
-        p = PyBytes_AS_STRING(v)
-        w_reserve(w, 2 * n + 2)
-        w.buf[w.len] = 34
-        w.len += 1
-        for k in range(n):
-            w.buf[w.len] = HEX[(<unsigned char>p[k]) >> 4]
-            w.buf[w.len + 1] = HEX[(<unsigned char>p[k]) & 15]
-            w.len += 2
-        w.buf[w.len] = 34
-        w.len += 1
-        return 0
+    if PyBytes_CheckExact(v):
+        return w_json_hex(w, <const unsigned char*>PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))
     return 1
 
 
@@ -274,16 +278,8 @@ cdef int change_key_raw(Reader* r, const char* table, Py_ssize_t table_n, Writer
             w_decimal(w, fields[i].number)
         elif kind == 4:
             w_json_utf8(w, fields[i].data, fields[i].data_n)
-        else:  # bytes as hex, as the reference's json default hook writes them
-            w_reserve(w, 2 * fields[i].data_n + 2)
-            w.buf[w.len] = 34
-            w.len += 1
-            for j in range(fields[i].data_n):
-                w.buf[w.len] = HEX[fields[i].data[j] >> 4]
-                w.buf[w.len + 1] = HEX[fields[i].data[j] & 15]
-                w.len += 2
-            w.buf[w.len] = 34
-            w.len += 1
+        else:
+            w_json_hex(w, fields[i].data, fields[i].data_n)
     w_raw(w, "}", 1)
     return 0
 
