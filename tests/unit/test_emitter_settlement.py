@@ -126,13 +126,23 @@ class FlushCountingProducer:
         return 0
 
 
-def ended_batch(producer_type: type) -> tuple:
-    """One at_least_once batch that released transaction "a" (2 changes), ended on producer_type."""
+def released(producer_type: type = FlushCountingProducer, **delivery_options) -> tuple:
+    """An at_least_once delivery (AtLeastOnce(**delivery_options), or for_guarantee's when none)
+    whose emitter released transaction "a" (2 changes), its batch not ended yet."""
     sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
     emitter = Emitter(sink)
     producer = producer_type(sink.queued)
-    delivery = AtLeastOnce(producer, emitter)
+    if delivery_options:
+        delivery = AtLeastOnce(producer, emitter, **delivery_options)
+    else:
+        delivery = for_guarantee("at_least_once_dedup", producer, emitter)
     emitter.release(engine, commit(engine, "a", 2))
+    return sink, engine, emitter, producer, delivery
+
+
+def ended_batch(producer_type: type) -> tuple:
+    """One at_least_once batch that released transaction "a" (2 changes), ended on producer_type."""
+    sink, engine, emitter, producer, delivery = released(producer_type)
     delivery.end_batch(list, None)
     return sink, engine, emitter, producer, delivery
 
@@ -148,11 +158,7 @@ def test_at_least_once_settles_a_batch_by_two_flushes_and_an_idle_one_by_none():
 
 
 def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
-    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
-    emitter = Emitter(sink)
-    producer = FlushCountingProducer(sink.queued)
-    delivery = AtLeastOnce(producer, emitter, settle_interval_s=3600)
-    emitter.release(engine, commit(engine, "a", 2))
+    sink, engine, _emitter, producer, delivery = released(settle_interval_s=3600)
     # A full batch, within the interval: no flush, nothing acknowledged, and the caller is told
     # (it must not checkpoint a batch whose released transactions are unsettled).
     assert delivery.end_batch(list, None, backlog=True) is True
@@ -165,21 +171,13 @@ def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
 
 def test_by_default_a_backlog_defers_nothing():
     # settle_interval_ms is 0 unless set: near saturation a deferral delays ENDs (delivery.py).
-    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
-    emitter = Emitter(sink)
-    producer = FlushCountingProducer(sink.queued)
-    delivery = for_guarantee("at_least_once_dedup", producer, emitter)
-    emitter.release(engine, commit(engine, "a", 2))
+    _sink, engine, _emitter, producer, delivery = released()
     assert delivery.end_batch(list, None, backlog=True) is False
     assert producer.flushes == 2 and not engine.pending
 
 
 def test_under_a_backlog_the_interval_bounds_the_deferral():
-    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
-    emitter = Emitter(sink)
-    producer = FlushCountingProducer(sink.queued)
-    delivery = AtLeastOnce(producer, emitter, settle_interval_s=0.05)
-    emitter.release(engine, commit(engine, "a", 2))
+    _sink, engine, emitter, producer, delivery = released(settle_interval_s=0.05)
     assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 0
     time.sleep(0.06)
     assert delivery.end_batch(list, None, backlog=True) is False
@@ -187,11 +185,7 @@ def test_under_a_backlog_the_interval_bounds_the_deferral():
 
 
 def test_under_a_backlog_a_queue_that_drained_on_its_own_settles_without_a_flush():
-    sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
-    emitter = Emitter(sink)
-    producer = FlushCountingProducer(sink.queued)
-    delivery = AtLeastOnce(producer, emitter, settle_interval_s=3600)
-    emitter.release(engine, commit(engine, "a", 2))
+    sink, engine, _emitter, producer, delivery = released(settle_interval_s=3600)
     sink.deliver()  # librdkafka delivered everything meanwhile: the queue is empty
     # The changes settle and END goes out; END itself is unsettled, so the batch is still deferred.
     assert delivery.end_batch(list, None, backlog=True) is True
