@@ -157,6 +157,11 @@ class Emitter:
         if err is not None:
             self.errors.append(str(err))
 
+    def raise_failures(self) -> None:
+        """DeliveryFailed if any output failed (its report was served)."""
+        if self.errors:
+            raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
+
     @property
     def unsettled(self) -> bool:
         """Outputs were sent since the last settlement."""
@@ -176,8 +181,7 @@ class Emitter:
         sink can be settled, so no failed output ever counts as acknowledged."""
         if self._unsettled and not settled:
             settled = self._settled()
-        if self.errors:
-            raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
+        self.raise_failures()
         if settled and self._unsettled:
             self.settle()
         to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
@@ -193,8 +197,7 @@ class Emitter:
             end = transaction_bytes("END", em.txn, self.ordering, em.produced, em.tables)
             self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
-            if self.errors:
-                raise DeliveryFailed(f"{len(self.errors)} outputs failed, first: {self.errors[0]}")
+            self.raise_failures()
             self.settle()
         finished = 0
         queue = self.queue

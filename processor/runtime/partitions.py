@@ -129,6 +129,7 @@ class Partitions:
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.last_rebalance = time.monotonic()
+        self.delivery.quiesce()  # exactly_once: no producer call while the last batch commits
         if self.closing:
             return  # leaving the group: take nothing on
         starts = self.take_on(consumer, partitions)
@@ -254,6 +255,7 @@ class Partitions:
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.last_rebalance = time.monotonic()
+        self.delivery.quiesce()  # the last batch's offsets are committed (or not) before they go
         revoked = [tp.partition for tp in partitions if tp.partition in self.held]
         for p in revoked:
             self.held[p].move(Phase.REVOKING)
@@ -295,6 +297,7 @@ class Partitions:
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.last_rebalance = time.monotonic()
+        self.delivery.quiesce()
         for tp in partitions:
             state = self.held.pop(tp.partition, None)
             if state is not None:

@@ -163,6 +163,8 @@ class Runner:
                     last_log = now
                     self._log_progress(now - started)
                 if finish is not None and finish.reached():
+                    if not self._open_batch(produce=False):  # the last batch's commit was aborted
+                        continue
                     if cfg.max_open_age_ms:  # the retention policy also applies to what this run read last
                         self._abandon_old_transactions()
                     with self.stop.interruptible("final drain", COMMIT_GRACE_S):
@@ -220,35 +222,40 @@ class Runner:
 
     def _process(self, msgs, lap: tuple[float, float]) -> None:
         p, dispatcher, clock = self.partitions, self.dispatcher, self.summary.phases
-        if msgs or p.to_resume or dispatcher.busy:
-            self.delivery.begin_batch()
         # Transactions a previous run left committed-but-unfinished go out before anything this
         # batch commits (commit order), and before this batch can add to engine.pending.
+        if p.to_resume and not self._open_batch():
+            return
         p.resume_pending()
         runs, errors = codec.partition_runs(msgs)  # the engines work a partition's run at a time
         for msg in errors:
             if msg.error().code() != KafkaError._PARTITION_EOF:
                 log.warning("consume.error", error=str(msg.error()))
+        performed = []
         for q, run in runs.items():
             state = p.held.get(q)
             if state is None or (state.phase is not Phase.RUNNING and state.phase is not Phase.RESTORING):
                 continue
             actions = state.engine.apply_records(run)
             if actions:
-                dispatcher.perform(state.engine, actions)
-        self.summary.events += len(msgs)
+                performed.append((state.engine, actions))
         lap = clock.lap("apply", lap)
+        # Only now may the actions produce: exactly_once's last commit ran while this batch was
+        # polled and applied (delivery.py), and its outputs go in the next Kafka transaction.
+        if not self._open_batch(produce=bool(msgs or dispatcher.busy)):
+            return
+        lap = clock.lap("commit_wait", lap)
+        for engine, actions in performed:
+            dispatcher.perform(engine, actions)
+        self.summary.events += len(msgs)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         lap = clock.lap("release", lap)
         deferred = False
         self._full_batches = self._full_batches + 1 if len(msgs) >= self.cfg.max_batch else 0
-        try:
-            with self._commit_section:
-                backlog = self._full_batches >= BACKLOG_BATCHES
-                deferred = self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
-        except TransactionAborted as exc:  # the group moved on mid-batch: rewind, do not exit
-            self.eos_recovery.recover(exc.args[0])
+        with self._commit_section:
+            backlog = self._full_batches >= BACKLOG_BATCHES
+            deferred = self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         lap = clock.lap("settle", lap)
@@ -256,9 +263,26 @@ class Runner:
             p.checkpoint_all()
         clock.lap("checkpoint", lap)
 
+    def _open_batch(self, produce: bool = True) -> bool:
+        """exactly_once: wait for the previous batch's commit and, to produce, open this batch's
+        Kafka transaction. False when that commit was aborted: every held partition was rewound to
+        the committed offsets, and what this batch applied is dropped."""
+        try:
+            with self._commit_section:
+                if produce:
+                    self.delivery.begin_batch()
+                else:
+                    self.delivery.join()
+        except TransactionAborted as exc:
+            self.eos_recovery.recover(exc.args[0])
+            return False
+        return True
+
     def _abandon_old_transactions(self) -> None:
         """Retention policy: transactions open longer than max_open_age_ms (source time) are dropped
         with a dead letter, so none holds the low watermark and the buffer forever."""
+        if not self._open_batch():  # exactly_once: the dead letters go in the next batch's transaction
+            return
         for engine in self.partitions.engines():
             actions = engine.abandon_older_than(self.cfg.max_open_age_ms)
             for action in actions:
@@ -315,6 +339,13 @@ class Runner:
         # Kafka transaction, so the revoke must not commit their low watermarks, and the producer
         # (maybe inside a transactional call that never returns) is not used again.
         abandon = self._failed and not self.delivery.commits_offsets_itself
+        if not abandon:
+            try:
+                with self._closing_step("last commit"):
+                    self.delivery.join()
+            except TransactionAborted as exc:  # a restart rewinds to the committed offsets
+                log.warning("run.last_commit_aborted", error=str(exc))
+                abandon = True
         try:
             if abandon:
                 self._abandon_held()

@@ -19,12 +19,11 @@ import time
 
 import pytest
 import structlog
-from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
 from processor.kafka.admin import ensure_topics
-from processor.kafka.delivery import TransactionAborted
 from processor.kafka.dlq import read_dlq_headers
 from processor.kafka.rawtopic import RawTopicWriter
 from processor.kafka.read import read_to_end
@@ -140,20 +139,25 @@ def test_an_aborted_batch_forgets_its_dead_lettered_changes_so_end_counts_them_o
         transactional_id=f"a-{topics.group}", oversized="dlq",
     )  # fmt: skip
     runner = Runner(cfg)
-    end_batch = runner.delivery.end_batch
     aborted = []
 
-    def abort_the_batch_that_dead_lettered(offsets, consumer, backlog=False):
-        if aborted or not runner.sink.oversized_changes:
-            return end_batch(offsets, consumer, backlog)
-        # As the broker aborts a transaction mid-batch: the dead letter is written, the END is not.
-        runner.producer.flush(30)
-        runner.producer.abort_transaction(30)
-        runner.delivery.in_transaction = False
-        aborted.append(True)
-        raise TransactionAborted(KafkaError(KafkaError.ILLEGAL_GENERATION, "test abort", txn_requires_abort=True))
+    class AbortsTheBatchThatDeadLettered:
+        """The delivery's producer; the commit of the batch that dead-lettered fails as when the
+        group moves on mid-commit: the dead letter and the END were written, then aborted."""
 
-    runner.delivery.end_batch = abort_the_batch_that_dead_lettered
+        def __init__(self, producer):
+            self._producer = producer
+
+        def __getattr__(self, name):
+            return getattr(self._producer, name)
+
+        def commit_transaction(self, timeout):
+            if aborted or not runner.sink.oversized_changes:
+                return self._producer.commit_transaction(timeout)
+            aborted.append(True)
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION, "test abort", txn_requires_abort=True))
+
+    runner.delivery.producer = AbortsTheBatchThatDeadLettered(runner.delivery.producer)
     with structlog.testing.capture_logs() as logs:
         runner.run()
     assert aborted and any(e["event"] == "exactly_once.rebalance_recovered" for e in logs)

@@ -29,8 +29,9 @@ def end_batch_with(error: KafkaError) -> tuple[OffsetsRefused, BaseException]:
     producer = OffsetsRefused(error)
     delivery = ExactlyOnce(producer, Emitter(Sink(producer)))
     delivery.begin_batch()
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())  # the commit runs in the background
     with pytest.raises(KafkaException) as caught:
-        delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+        delivery.join()  # the next batch waits for it and gets its failure
     assert not delivery.in_transaction
     return producer, caught.value
 

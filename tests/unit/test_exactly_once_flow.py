@@ -15,8 +15,15 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from processor.core import events as ev
 from processor.core.engine import Committed, PartitionEngine
 from processor.kafka.admin import KafkaUnavailable
-from processor.kafka.delivery import AtLeastOnce, ExactlyOnce, TransactionStuck, for_guarantee, is_fenced
-from processor.runtime.emitter import Emitter
+from processor.kafka.delivery import (
+    AtLeastOnce,
+    ExactlyOnce,
+    TransactionAborted,
+    TransactionStuck,
+    for_guarantee,
+    is_fenced,
+)
+from processor.runtime.emitter import DeliveryFailed, Emitter
 from processor.store.memory import MemoryStore
 
 
@@ -104,6 +111,8 @@ def test_batch_commits_outputs_and_low_watermark_in_one_transaction():
     delivery.begin_batch()
     emitter.release(engine, committed_txn(engine))
     delivery.end_batch(lambda: [TopicPartition("raw", 0, engine.low_watermark())], Consumer())
+    assert not emitter.queue and not engine.pending  # finished inside the transaction
+    delivery.join()
 
     assert producer.calls == [
         "init",
@@ -112,11 +121,10 @@ def test_batch_commits_outputs_and_low_watermark_in_one_transaction():
         "produce:change",
         "produce:change",
         "produce:END",  # in the same Kafka transaction as its changes: it need not wait for their acks
-        "flush",  # one round trip acknowledges the changes and END together
+        # no flush: commit_transaction delivers every record of the transaction, or fails it whole
         "offsets:[(0, 3)]",
         "commit",
     ]
-    assert not emitter.queue and not engine.pending  # finished inside the transaction
     assert delivery.committed_batches == 1
 
 
@@ -133,10 +141,12 @@ def test_abortable_commit_failure_aborts_and_stops_the_runner():
     emitter = Emitter(Sink(producer))
     delivery = ExactlyOnce(producer, emitter)
     delivery.begin_batch()
-    with pytest.raises(KafkaException):
-        delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+    with pytest.raises(KafkaException) as caught:
+        delivery.join()  # the commit ran in the background: its failure comes out here
+    assert not isinstance(caught.value, TransactionAborted)  # fenced: the runner stops, it does not rewind
     assert producer.calls[-1] == "abort"
-    assert not delivery.in_transaction
+    assert not delivery.in_transaction and delivery.committed_batches == 0
 
 
 class CoordinatorLostProducer(RecordingProducer):
@@ -158,12 +168,13 @@ def test_a_send_offsets_call_that_never_returns_stops_the_batch_within_its_deadl
     producer = CoordinatorLostProducer()
     delivery = ExactlyOnce(producer, Emitter(Sink(producer)), flush_timeout_s=0.2, stuck_grace_s=0.3)
     delivery.begin_batch()
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
     started = time.monotonic()
-    with pytest.raises(TransactionStuck, match=r"send_offsets_to_transaction did not return within 0\.5s") as caught:
-        delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+    with pytest.raises(TransactionStuck, match=r"the batch's commit did not return within 0\.7s") as caught:
+        delivery.begin_batch()  # the next batch waits for the commit: 2 x 0.2 s of call timeouts + 0.3 s grace
     assert time.monotonic() - started < 3
     assert isinstance(caught.value, KafkaUnavailable)  # the CLI exits with code 3; a restart fences
-    assert producer.calls == ["begin", "flush", "offsets"] and not delivery.in_transaction
+    assert producer.calls == ["begin", "offsets"] and not delivery.in_transaction
     producer.never.set()
 
 
@@ -230,3 +241,70 @@ def test_end_waits_for_the_changes_settlement_only_under_at_least_once(guarantee
     producer.flush()
     emitter.advance()
     assert not emitter.queue and not engine.pending
+
+
+class SlowCommitProducer(RecordingProducer):
+    """commit_transaction waits until the test lets it return."""
+
+    def __init__(self):
+        super().__init__()
+        self.committing, self.may_return = threading.Event(), threading.Event()
+
+    def commit_transaction(self, timeout):
+        self.committing.set()
+        assert self.may_return.wait(10)
+        self.calls.append("commit")
+
+
+def test_the_commit_runs_while_the_loop_goes_on_and_the_next_batch_waits_for_it_before_producing():
+    producer = SlowCommitProducer()
+    emitter = Emitter(Sink(producer))
+    delivery = ExactlyOnce(producer, emitter)
+    engine = PartitionEngine(0, MemoryStore())
+    delivery.begin_batch()
+    emitter.release(engine, committed_txn(engine))
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, engine.low_watermark())], Consumer())
+    assert producer.committing.wait(5)  # end_batch returned with the commit under way
+    assert "commit" not in producer.calls and delivery.committed_batches == 0
+
+    opened = threading.Event()
+    nxt = threading.Thread(target=lambda: (delivery.begin_batch(), opened.set()))
+    nxt.start()
+    assert not opened.wait(0.3)  # the next transaction does not begin before the commit returned
+    producer.may_return.set()
+    nxt.join(5)
+    assert opened.is_set()
+    assert producer.calls[-3:] == ["offsets:[(0, 3)]", "commit", "begin"]
+    assert delivery.committed_batches == 1 and delivery.in_transaction
+
+
+def test_a_commit_the_group_refused_is_aborted_and_comes_out_of_join_as_a_rewind():
+    error = KafkaError(KafkaError.ILLEGAL_GENERATION, "the group moved on", txn_requires_abort=True)
+    producer = RecordingProducer(fail_commit=error)
+    delivery = ExactlyOnce(producer, Emitter(Sink(producer)))
+    delivery.begin_batch()
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
+    delivery.quiesce()  # a rebalance callback waits: the failure is kept, not raised inside poll
+    assert producer.calls[-1] == "abort"
+    with pytest.raises(TransactionAborted):
+        delivery.begin_batch()
+    assert "begin" not in producer.calls[1:]  # the loop rewinds first, then opens the next transaction
+    delivery.begin_batch()  # the failure came out once
+    assert producer.calls[-1] == "begin"
+
+
+def test_a_commit_failed_by_a_refused_record_stops_the_process_instead_of_rewinding_forever():
+    error = KafkaError(KafkaError._STATE, "a record failed", txn_requires_abort=True)
+    producer = RecordingProducer(fail_commit=error)
+    sink = Sink(producer)
+    emitter = Emitter(sink)
+    delivery = ExactlyOnce(producer, emitter)
+    engine = PartitionEngine(0, MemoryStore())
+    delivery.begin_batch()
+    emitter.release(engine, committed_txn(engine))
+    delivery.end_batch(lambda: [TopicPartition("raw", 0, engine.low_watermark())], Consumer())
+    refused = producer.unacked.pop(1)  # the first change's report: served once the commit failed
+    producer.poll = lambda timeout=None: refused(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    with pytest.raises(DeliveryFailed, match="Broker: Message size too large"):
+        delivery.join()
+    assert producer.calls[-1] == "abort"
