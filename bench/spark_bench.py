@@ -121,6 +121,7 @@ def bench_spark(
     spark = spark_session(app="txbuffer-bench", conf=conf)
     startup_s = time.monotonic() - t1
     cpu0 = jvm_cpu_seconds(spark)
+    sampler = JvmCpuSampler(spark)
     try:
         summary = run_job(
             bootstrap,
@@ -138,11 +139,13 @@ def bench_spark(
             fold_every=fold_every,
         )
         query_cpu_s = jvm_cpu_seconds(spark) - cpu0
+        sampler.stop()
         wrote = stage in ("changelog", "full")  # the cut stages before them write no lake
         rows = sum(row_counts(f"{work}/lake").values()) if stage == "full" else 0
         changelog_rows = read_changelog(f"{work}/lake", ["event_id"]).num_rows if wrote else 0
         merges = merge_history(spark, f"file://{work}/lake") if stage == "full" else {}
     finally:
+        sampler.stop()
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {
@@ -160,6 +163,12 @@ def bench_spark(
         # work on a shared machine than the wall-clock rate.
         "query_cpu_seconds": round(query_cpu_s, 1),
         "cpu_us_per_change": round(1e6 * query_cpu_s / max(1, summary["input_rows"]), 1),
+        # Per batch with rows: the JVM's CPU during the batch per input record. The first batch carries
+        # the JVM's warm-up (the JIT compiles Spark, Delta, Parquet and Kafka code as it first runs).
+        "batch_cpu_us_per_change": sampler.per_batch(summary.get("batch_durations") or []),
+        "batch_jit_us_per_change": sampler.per_batch(summary.get("batch_durations") or [], jit=True),
+        # The query's JVM CPU by thread group (s): executor tasks, JIT compilers, GC, the rest.
+        "jvm_thread_cpu_s": sampler.by_group(),
         "records_per_s": round(summary["input_rows"] / summary["seconds"], 1),
         "spark_startup_seconds": round(startup_s, 2),
         "produce_seconds": round(produce_s, 2),
@@ -188,6 +197,93 @@ def jvm_cpu_seconds(spark) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class JvmCpuSampler:
+    """Samples the Spark JVM's CPU twice a second while the query runs (a daemon thread): the
+    total, to split it by micro-batch, and each thread's, to split it by what the thread does."""
+
+    GROUPS = (("jit", "CompilerThre"), ("gc", "GC Thread"), ("gc", "G1 "), ("tasks", "Executor task"))
+
+    def __init__(self, spark, interval_s: float = 0.5):
+        import threading
+
+        self.pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.samples: list[tuple[float, float, float]] = []  # (epoch s, JVM CPU s, its JIT compilers' CPU s)
+        self.start_threads = self._threads()
+        self.last_threads = dict(self.start_threads)
+        self._stop = threading.Event()
+        self._interval = interval_s
+        self._thread = threading.Thread(target=self._run, name="jvm-cpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _threads(self) -> dict[str, tuple[str, float]]:
+        out = {}
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # the thread ended
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat.rsplit(")", 1)[1].split()
+            out[tid] = (comm, (int(fields[11]) + int(fields[12])) / self.tick)
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with open(f"/proc/{self.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                now, cpu = time.time(), (int(fields[11]) + int(fields[12])) / self.tick
+                self.last_threads.update(self._threads())
+                jit = sum(c for comm, c in self.last_threads.values() if "CompilerThre" in comm)
+                self.samples.append((now, cpu, jit))
+            except OSError:
+                return
+            self._stop.wait(self._interval)
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+
+    def cpu_at(self, t: float, jit: bool = False) -> float | None:
+        """The JVM's CPU seconds (or its JIT compilers') at epoch t, interpolated between the samples around it."""
+        before = [s for s in self.samples if s[0] <= t]
+        after = [s for s in self.samples if s[0] >= t]
+        if not before or not after:
+            return None
+        i = 2 if jit else 1
+        (t0, c0), (t1, c1) = (before[-1][0], before[-1][i]), (after[0][0], after[0][i])
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+
+    def per_batch(self, batches: list[dict], jit: bool = False) -> list[float | None]:
+        """JVM CPU µs per input record of each batch with rows (job.batch_durations)."""
+        from datetime import datetime
+
+        out: list[float | None] = []
+        for b in batches:
+            if not b.get("rows") or not b.get("started"):
+                continue
+            start = datetime.fromisoformat(b["started"].replace("Z", "+00:00")).timestamp()
+            end = start + b.get("triggerExecution", 0) / 1000
+            c0, c1 = self.cpu_at(start, jit), self.cpu_at(end, jit)
+            out.append(None if c0 is None or c1 is None else round(1e6 * (c1 - c0) / b["rows"], 1))
+        return out
+
+    def by_group(self) -> dict[str, float]:
+        groups: dict[str, float] = {}
+        for tid, (comm, cpu) in self.last_threads.items():
+            used = cpu - self.start_threads.get(tid, (comm, 0.0))[1]
+            group = next((g for g, part in self.GROUPS if part in comm), "other")
+            groups[group] = round(groups.get(group, 0.0) + used, 1)
+        return groups
 
 
 def log_end_total(bootstrap: str, topic: str) -> int:

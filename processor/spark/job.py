@@ -85,8 +85,11 @@ def dropped_by_watermark(progress: list[dict]) -> int:
 def batch_durations(progress: list[dict]) -> list[dict]:
     """Per micro-batch: its rows and where its time went (ms), from the query progress. addBatch is
     the Delta writes (foreachBatch); getBatch, latestOffset, walCommit and commitOffsets the source
-    and the checkpoint."""
-    return [{"batch": p["batchId"], "rows": p["numInputRows"], **p.get("durationMs", {})} for p in progress]
+    and the checkpoint; `started` the batch's start (ISO 8601, UTC)."""
+    return [
+        {"batch": p["batchId"], "rows": p["numInputRows"], "started": p.get("timestamp"), **p.get("durationMs", {})}
+        for p in progress
+    ]
 
 
 STAGES = ("decode", "dedup", "changelog", "full")

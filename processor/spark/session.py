@@ -1,6 +1,7 @@
 """The SparkSession of the Spark stage: the launcher's settings, plus the connector jars and Delta.
 
-Master, shuffle partitions, UI, memory: none of them is set here. They come from whoever launches
+Master, shuffle partitions, UI, memory: none of them is set here (one JVM default, the driver's
+garbage collector, applies only when the launcher chose none: default_java_options). They come from whoever launches
 the job: spark-submit flags, PYSPARK_SUBMIT_ARGS, $SPARK_CONF_DIR/spark-defaults.conf, the MASTER
 environment variable, or `txbuffer spark --conf key=value` (passed in as `conf`). Without any of
 them Spark's own default applies (spark-submit's local[*]).
@@ -39,6 +40,74 @@ DELTA_CONF = {
 }
 
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+
+# The driver JVM's collector when this module starts the JVM and the launcher chose none: the
+# throughput collector. G1's concurrent and barrier work costs CPU that two cores lack (change-log
+# stage 37.8-38.1 against 41.9-43.0 us/change, docs/lakehouse.md, session 26).
+DRIVER_JAVA_DEFAULTS = "-XX:+UseParallelGC"
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+_JAVA_OPTION_KEYS = (DEFAULT_JAVA_OPTIONS, "spark.driver.extraJavaOptions")
+_GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def _spark_defaults_file(environ: dict[str, str]) -> Path | None:
+    """The spark-defaults.conf pyspark's launcher reads: $SPARK_CONF_DIR, else $SPARK_HOME/conf."""
+    conf_dir = environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = environ.get("SPARK_HOME")
+        if not home:
+            try:
+                import pyspark
+
+                home = str(Path(pyspark.__file__).parent)
+            except ImportError:
+                return None
+        conf_dir = str(Path(home) / "conf")
+    path = Path(conf_dir) / "spark-defaults.conf"
+    return path if path.is_file() else None
+
+
+def _jvm_running(environ: dict[str, str]) -> bool:
+    if environ.get("PYSPARK_GATEWAY_PORT"):
+        return True  # spark-submit launched this interpreter: the driver JVM runs already
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    return SparkContext._active_spark_context is not None
+
+
+def default_java_options(
+    conf: dict[str, str] | None, environ: dict[str, str] | None = None, jvm_running: bool | None = None
+) -> dict[str, str]:
+    """{spark.driver.defaultJavaOptions: -XX:+UseParallelGC} when it would apply and the launcher
+    has not chosen: {} when a JVM already runs (spark-submit started it, or a SparkContext is
+    active), when the launcher sets spark.driver.defaultJavaOptions itself, or when any Java
+    options it gives (--conf, PYSPARK_SUBMIT_ARGS, spark-defaults.conf, JAVA_TOOL_OPTIONS,
+    JDK_JAVA_OPTIONS, _JAVA_OPTIONS) select a collector. Other launcher options (extraJavaOptions
+    without a collector) keep theirs: Spark puts defaultJavaOptions before them."""
+    env = dict(os.environ if environ is None else environ)
+    if _jvm_running(env) if jvm_running is None else jvm_running:
+        return {}
+    texts = [(conf or {}).get(key, "") for key in _JAVA_OPTION_KEYS]
+    if (conf or {}).get(DEFAULT_JAVA_OPTIONS) is not None:
+        return {}
+    submit_args = env.get("PYSPARK_SUBMIT_ARGS", "")
+    if "defaultJavaOptions" in submit_args:
+        return {}
+    texts.append(submit_args)
+    defaults = _spark_defaults_file(env)
+    if defaults is not None:
+        for line in defaults.read_text().splitlines():
+            key = line.strip().split(None, 1)[0] if line.strip() else ""
+            if key == DEFAULT_JAVA_OPTIONS:
+                return {}
+            if key in _JAVA_OPTION_KEYS:
+                texts.append(line)
+    texts += [env.get(k, "") for k in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")]
+    if any(_GC_CHOICE.search(t) for t in texts):
+        return {}
+    return {DEFAULT_JAVA_OPTIONS: DRIVER_JAVA_DEFAULTS}
 
 
 def _artifact(jar_name: str) -> str:
@@ -85,6 +154,9 @@ def spark_session(app: str = "txbuffer-spark", conf: dict[str, str] | None = Non
     builder = SparkSession.builder.appName(app)
     if master := os.environ.get("MASTER"):
         builder = builder.master(master)  # pyspark's launcher ignores MASTER; spark-submit honours it
+    # Before the launcher's confs: a JVM default, set only where the launcher chose nothing.
+    for key, value in default_java_options(conf).items():
+        builder = builder.config(key, value)
     jars = connector_jars() if connectors else []
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
@@ -120,6 +192,7 @@ def spark_session(app: str = "txbuffer-spark", conf: dict[str, str] | None = Non
         master=spark.sparkContext.master,
         connectors=len(jars),
         shuffle_partitions=spark.conf.get("spark.sql.shuffle.partitions"),
+        driver_default_java_options=spark.sparkContext.getConf().get(DEFAULT_JAVA_OPTIONS, None),
     )
     return spark
 

@@ -172,3 +172,47 @@ def test_the_session_does_not_count_the_dedup_state_rows_unless_the_launcher_ask
     """trackTotalNumberOfRows costs a RocksDB read before every write of the event_id dedup; the
     session turns it off as a default (the tests' launcher leaves it unset)."""
     assert spark.conf.get("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows") == "false"
+
+
+# ---- the driver JVM's collector (session default, yields to the launcher) ------------------------
+
+
+def collectors(spark) -> set[str]:
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    return {bean.getName() for bean in beans}
+
+
+def test_the_driver_jvm_runs_the_parallel_collector_when_the_launcher_chose_none(spark):
+    import os
+    import re
+
+    chosen = " ".join(os.environ.get(k, "") for k in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"))
+    if re.search(r"-XX:\+Use\w*GC", chosen + os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
+        pytest.skip("this environment chooses the collector itself")
+    # The tests' session (conftest) is launched without Java options: the session default applies.
+    assert spark.sparkContext.getConf().get("spark.driver.defaultJavaOptions") == "-XX:+UseParallelGC"
+    assert collectors(spark) == {"PS Scavenge", "PS MarkSweep"}
+
+
+def test_a_launcher_collector_wins_over_the_default(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json\n"
+        "from processor.spark.session import spark_session\n"
+        "s = spark_session(app='gc-choice', connectors=False, conf={'spark.master': 'local[1]',"
+        " 'spark.ui.enabled': 'false', 'spark.driver.extraJavaOptions': '-XX:+UseSerialGC'})\n"
+        "beans = s.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()\n"
+        "print(json.dumps({'gc': sorted(b.getName() for b in beans),"
+        " 'default': s.sparkContext.getConf().get('spark.driver.defaultJavaOptions', None)}))\n"
+        "s.stop()\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"gc": ["Copy", "MarkSweepCompact"], "default": None}
