@@ -257,6 +257,9 @@ def workers(bench, run: int, counts: tuple[int, ...] = (1, 2)) -> dict:
             bench._check(r, f"workers {n}")
         start = min(r.first("partition.assigned") for r in results)
         done = max(r.first("run.available_now_done") for r in results)
+        # Members that joined the first generation together are assigned within the broker's
+        # initial rebalance delay of each other; a larger spread means partitions moved mid-run.
+        first_assigned = [r.first("partition.assigned") for r in results]
         events = sum(r.summary.get("events") or 0 for r in results)
         bench.drop_outputs(name)
         out[str(n)] = {
@@ -266,6 +269,8 @@ def workers(bench, run: int, counts: tuple[int, ...] = (1, 2)) -> dict:
             "expected_events": w.events,
             "seconds": done - start,
             "events_per_s": w.events / (done - start),
+            "assignment_spread_s": max(first_assigned) - min(first_assigned),
+            "events_per_member": [r.summary.get("events") or 0 for r in results],
             "peak_rss_mb_sum": sum(r.peak_rss for r in results) / 2**20,
         }
     if "1" in out and "2" in out:

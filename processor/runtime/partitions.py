@@ -121,6 +121,11 @@ class Partitions:
         self.closing = False
         self.last_rebalance = time.monotonic()
         self.on_change: Callable[[], None] = lambda: None  # told after every assignment change
+        # --available-now: the offsets this run reads up to (runtime/available_now.py). A partition
+        # taken on at its target has nothing left to read: its completed index is not rebuilt and
+        # the consumer pauses it. The last member of a group run so took over the partitions of
+        # those that finished first, and rebuilt each from the outputs (seconds) only to stop.
+        self.read_to: dict[int, int] | None = None
 
     def engines(self) -> list[PartitionEngine]:
         return [state.engine for state in self.held.values() if state.engine is not None]
@@ -134,7 +139,20 @@ class Partitions:
             return  # leaving the group: take nothing on
         starts = self.take_on(consumer, partitions)
         consumer.incremental_assign([TopicPartition(self.cfg.raw_topic, p, start) for p, start in starts.items()])
+        self.pause_finished(consumer, starts)
         self.on_change()
+
+    def at_target(self, partition: int, start: int) -> bool:
+        """--available-now: nothing is left to read from this partition."""
+        return self.read_to is not None and start >= self.read_to.get(partition, 0)
+
+    def pause_finished(self, consumer: Consumer, starts: dict[int, int]) -> None:
+        """Pause the partitions taken on at their --available-now target: a record written since
+        the start must not reach an engine whose completed index was not rebuilt."""
+        finished = [p for p, start in starts.items() if self.at_target(p, start)]
+        if finished:
+            consumer.pause([TopicPartition(self.cfg.raw_topic, p) for p in finished])
+            log.info("partition.nothing_to_read", partitions=finished, reason="taken on at its available-now target")
 
     def take_on(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[int, int]:
         """Restore or rebuild these partitions and hold them (restoring, to resume); {partition: start
@@ -185,7 +203,7 @@ class Partitions:
             elif start > listed_end:  # the topic was recreated or truncated under us: our position does not exist
                 engine = self._lost_state(p, start, low, beyond_log_end(p, start, listed_end), lost=start - listed_end)
                 start = low
-            if engine is not restored.engine or restored.source != "local":
+            if (engine is not restored.engine or restored.source != "local") and not self.at_target(p, start):
                 rebuild[p] = (engine, start)
             engine.next_offset = start
             state.engine = engine

@@ -126,6 +126,8 @@ class Runner:
             if cfg.available_now
             else None
         )
+        if finish is not None:
+            self.partitions.read_to = finish.targets
         self.stop.install()
         set_current(self.stop)
         # The loop makes short-lived objects by the million and almost no reference cycles: the

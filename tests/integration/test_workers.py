@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -56,3 +57,29 @@ def test_a_worker_that_dies_stops_the_others_and_its_code_is_the_exit_code(broke
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
+
+
+def test_a_member_taking_over_partitions_at_their_available_now_target_rebuilds_nothing(broker, tmp_path):
+    """The last member of an --available-now group run takes over the partitions of those that
+    finished first. At their targets there is nothing to read: no completed-index rebuild from the
+    outputs (seconds per partition), the partitions are paused, and nothing more is emitted."""
+    topics = Topics.fresh()
+    expected = tmp_path / "expected"
+    write_workload(broker.bootstrap, topics.raw, expected, events=5_000, seed=5)
+    first = config(broker.bootstrap, topics, tmp_path / "first")
+    done = subprocess.run([*run_args(first), "--available-now"], capture_output=True, timeout=300, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exact(verify(broker.bootstrap, expected, topics.changes, topics.transactions))
+
+    # A member with no local store, as a worker that takes over a finished member's partitions.
+    second = config(broker.bootstrap, topics, tmp_path / "second")
+    again = subprocess.run([*run_args(second), "--available-now"], capture_output=True, timeout=300, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    events = [json.loads(line) for line in again.stderr.splitlines() if line.startswith("{")]
+    paused = [p for e in events if e["event"] == "partition.nothing_to_read" for p in e["partitions"]]
+    assert sorted(paused) == [0, 1, 2, 3]
+    assert not [e for e in events if e["event"] == "index.rebuilt"]
+    assert [e["source"] for e in events if e["event"] == "partition.assigned"] == ["rebuild-empty"] * 4
+    report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
+    assert_exact(report)
+    assert report.duplicates_before_dedup == 0  # the second run emitted nothing
