@@ -31,6 +31,9 @@ from processor.runtime import stop
 
 log = structlog.get_logger(__name__)
 
+# A TransactionEvent's first field is its status enum, whose index is a zigzag varint: one byte.
+_END_STATUS = bytes([2 * ["BEGIN", "END", "RESYNC_REQUIRED"].index("END")])
+
 
 def _read_all(client: KafkaClientConfig | str, topic: str, timeout_s: float = 300.0):
     """Every record value of a topic up to its true end (nothing if the topic does not exist)."""
@@ -108,6 +111,8 @@ def _read_finished(
     read = 0
     for value in _read_all(bootstrap, transactions_topic):
         read += 1
+        if value[:1] != _END_STATUS:
+            continue  # a BEGIN (half the topic) or RESYNC_REQUIRED: only ENDs prove a commit
         try:
             rec = ev.decode_transaction(value)
         except ev.DecodeError:
