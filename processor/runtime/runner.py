@@ -128,6 +128,8 @@ class Runner:
         )
         if finish is not None:
             self.partitions.read_to = finish.targets
+            if self.delivery.commits_offsets_itself:  # exactly_once: each batch committed them
+                finish.on_own_done = self._commit_offsets
         self.stop.install()
         set_current(self.stop)
         # The loop makes short-lived objects by the million and almost no reference cycles: the
