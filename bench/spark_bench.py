@@ -115,7 +115,8 @@ def bench_spark(
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": "2g",
+        # 4g rather than 2g: the fold's MERGEs of millions of changes spend a third less in GC (f4_4M_4g*, docs/lakehouse.md)
+        "spark.driver.memory": "4g",
         **(conf or {}),
     }
     spark = spark_session(app="txbuffer-bench", conf=conf)
