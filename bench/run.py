@@ -430,7 +430,7 @@ class Bench:
                 )
             )
             out.setdefault("seconds", time.monotonic() - t0)
-            # The settings beside the rate: the table's spark row shows records/s only.
+            # The settings beside the rate (the table's spark row repeats them).
             print(
                 f"  spark: {out['changes_per_s']:,.0f} changes/s, {out['cpu_us_per_change']} JVM CPU us/change, "
                 f"{out['records']:,} changes in batches of {out['max_offsets_per_trigger']:,} "
@@ -653,9 +653,10 @@ def table(med: dict, results: dict) -> str:
     if sp:
         row(
             "spark",
-            "records/s",
-            _f(sp.get("records_per_s"))
-            if sp.get("records_per_s")
+            "changes/s (JVM CPU µs/change; batch, trigger, fold_every)",
+            f"{_f(sp['changes_per_s'])} ({sp.get('cpu_us_per_change')}; {sp.get('max_offsets_per_trigger'):,}, "
+            f"{sp.get('trigger')}, {sp.get('fold_every')})"
+            if sp.get("changes_per_s")
             else f"{sp.get('status', 'n/a')}: {sp.get('reason', '')}",
         )
     rd = med.get("redo")
