@@ -171,6 +171,8 @@ class Runner:
                         continue
                     if cfg.max_open_age_ms:  # the retention policy also applies to what this run read last
                         self._abandon_old_transactions()
+                        if not self._end_batch_now():  # exactly_once: its dead letters are committed
+                            continue
                     with self.stop.interruptible("final drain", COMMIT_GRACE_S):
                         self.dispatcher.drain(timeout_s=60)
                     p.checkpoint_all(spill_all=True)
@@ -281,6 +283,14 @@ class Runner:
             self.eos_recovery.recover(exc.args[0])
             return False
         return True
+
+    def _end_batch_now(self) -> bool:
+        """End the batch that outputs made outside _process belong to, and wait for its commit
+        (exactly_once: a Kafka transaction that nothing else would commit before the run ends).
+        False when the commit was aborted and the partitions rewound."""
+        with self._commit_section:
+            self.delivery.end_batch(self._low_watermarks, self.consumer)
+        return self._open_batch(produce=False)
 
     def _abandon_old_transactions(self) -> None:
         """Retention policy: transactions open longer than max_open_age_ms (source time) are dropped

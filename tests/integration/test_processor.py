@@ -208,7 +208,8 @@ def test_one_transaction_of_500k_events_stays_under_300mb_rss(broker, tmp_path):
     assert emitted == n
 
 
-def test_retention_policy_abandons_old_open_transactions_with_a_dead_letter(broker, tmp_path):
+@pytest.mark.parametrize("guarantee", ["at_least_once_dedup", "exactly_once"])
+def test_retention_policy_abandons_old_open_transactions_with_a_dead_letter(broker, tmp_path, guarantee):
     topics = Topics.fresh()
     writer = RawTopicWriter(broker.bootstrap, topics.raw, partitions=1)
     R = ev.raw_event
@@ -220,8 +221,9 @@ def test_retention_policy_abandons_old_open_transactions_with_a_dead_letter(brok
         writer.write(R(f"n{i}", ev.COMMIT, 2, 10 + i, ts_ms=61_000 + i))
     writer.flush()
     cfg = config(
-        broker.bootstrap, topics, tmp_path / "state", available_now=True, max_open_age_ms=30_000, commit_interval_ms=50
-    )
+        broker.bootstrap, topics, tmp_path / "state", available_now=True, max_open_age_ms=30_000, commit_interval_ms=50,
+        guarantee=guarantee, transactional_id=f"retention-{topics.group}",
+    )  # fmt: skip
     runner = Runner(cfg)
     runner.run()
     writer.write(R("old", ev.COMMIT, 2, 200, ts_ms=62_000))  # the late COMMIT
