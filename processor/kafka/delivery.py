@@ -87,29 +87,41 @@ class TransactionAborted(KafkaException):
     fatal): nothing of the batch is visible, so the caller rewinds to the committed offsets."""
 
 
-def bounded_call(what: str, call: Callable[[], Any], deadline_s: float) -> Any:
-    """call() in a helper thread, waited for at most deadline_s; TransactionStuck past it (the
-    thread, blocked inside librdkafka, is abandoned: the caller must not use the producer again)."""
-    outcome: dict[str, Any] = {}
+class BoundedCall:
+    """call() started on a helper thread; wait() for it at most deadline_s, TransactionStuck past it
+    (the thread, blocked inside librdkafka, is abandoned: the caller must not use the producer
+    again). Started and waited for at once by bounded_call, or later: a batch's commit runs while
+    the loop goes on."""
 
-    def target() -> None:
+    def __init__(self, what: str, call: Callable[[], Any]) -> None:
+        self.what, self._call = what, call
+        self._outcome: dict[str, Any] = {}
+        self._worker = threading.Thread(target=self._run, name=f"txn-{what}", daemon=True)
+        self._worker.start()
+
+    def _run(self) -> None:
         try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the caller's thread
-            outcome["error"] = exc
+            self._outcome["value"] = self._call()
+        except BaseException as exc:  # handed to the waiting thread
+            self._outcome["error"] = exc
 
-    worker = threading.Thread(target=target, name=f"txn-{what}", daemon=True)
-    worker.start()
-    worker.join(deadline_s)
-    if worker.is_alive():
-        log.error("exactly_once.stuck", call=what, waited_s=deadline_s)
-        raise TransactionStuck(
-            f"producer {what} did not return within {deadline_s:g}s (librdkafka ignores its timeout when the "
-            "group coordinator went away mid-transaction); exiting so that a restart fences the transaction"
-        )
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    def wait(self, deadline_s: float) -> Any:
+        self._worker.join(deadline_s)
+        if self._worker.is_alive():
+            log.error("exactly_once.stuck", call=self.what, waited_s=deadline_s)
+            raise TransactionStuck(
+                f"producer {self.what} did not return within {deadline_s:g}s (librdkafka ignores its timeout "
+                "when the group coordinator went away mid-transaction); exiting so that a restart fences the "
+                "transaction"
+            )
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+        return self._outcome.get("value")
+
+
+def bounded_call(what: str, call: Callable[[], Any], deadline_s: float) -> Any:
+    """call() in a helper thread, waited for at most deadline_s (BoundedCall)."""
+    return BoundedCall(what, call).wait(deadline_s)
 
 
 # at_least_once: how long the flush that ends a batch may block the loop (a broker outage: the next
@@ -194,7 +206,7 @@ class ExactlyOnce:
         self.stuck_grace_s = stuck_grace_s  # past the call's own timeout: the call is stuck
         self.in_transaction = False
         self.committed_batches = 0
-        self._commit: _BackgroundCommit | None = None  # the last batch's commit, while it runs
+        self._commit: BoundedCall | None = None  # the last batch's commit, while it runs
         self._failure: BaseException | None = None  # how it ended, when a rebalance callback waited
 
     def _txn_call(self, what: str, *args: Any) -> Any:
@@ -237,7 +249,13 @@ class ExactlyOnce:
         else:
             raise RuntimeError(f"{len(self.emitter.queue)} released transactions did not finish in the batch")
         position, metadata = offsets(), consumer.consumer_group_metadata()
-        self._commit = _BackgroundCommit(self.producer, position, metadata, self.flush_timeout_s)
+        producer, timeout_s = self.producer, self.flush_timeout_s
+
+        def commit() -> None:  # both calls wait for the broker, not the CPU: librdkafka releases the GIL
+            producer.send_offsets_to_transaction(position, metadata, timeout_s)
+            producer.commit_transaction(timeout_s)
+
+        self._commit = BoundedCall("commit", commit)
         return False
 
     def join(self) -> None:
@@ -256,7 +274,7 @@ class ExactlyOnce:
         if commit is None:
             return
         try:
-            commit.wait(2 * self.flush_timeout_s + self.stuck_grace_s)
+            commit.wait(2 * self.flush_timeout_s + self.stuck_grace_s)  # two calls, each with its timeout
             self.committed_batches += 1
         except TransactionStuck:
             raise  # the producer is not used again: the process exits and its restart fences
@@ -288,39 +306,6 @@ class ExactlyOnce:
         if refused is not None:
             return refused
         return TransactionAborted(error) if recoverable else exc
-
-
-class _BackgroundCommit:
-    """send_offsets_to_transaction then commit_transaction, on a thread of their own. Both wait for
-    the broker, not the CPU (librdkafka's calls release the GIL), so the loop polls and applies the
-    next batch meanwhile: a commit took ~15% of the exactly_once loop's wall time."""
-
-    def __init__(self, producer: Any, offsets: list[TopicPartition], metadata: Any, timeout_s: float) -> None:
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-        args = (producer, offsets, metadata, timeout_s)
-        threading.Thread(target=self._run, args=args, name="txn-commit", daemon=True).start()
-
-    def _run(self, producer: Any, offsets: list[TopicPartition], metadata: Any, timeout_s: float) -> None:
-        try:
-            producer.send_offsets_to_transaction(offsets, metadata, timeout_s)
-            producer.commit_transaction(timeout_s)
-        except BaseException as exc:  # handed to wait()
-            self.error = exc
-        finally:
-            self._done.set()
-
-    def wait(self, deadline_s: float) -> None:
-        """Raises the commit's error; TransactionStuck past deadline_s (librdkafka ignores its own
-        timeout when the group coordinator went away mid-transaction, see above)."""
-        if not self._done.wait(deadline_s):
-            log.error("exactly_once.stuck", call="commit", waited_s=deadline_s)
-            raise TransactionStuck(
-                f"the batch's commit did not return within {deadline_s:g}s; exiting so that a restart "
-                "fences the transaction"
-            )
-        if self.error is not None:
-            raise self.error
 
 
 def for_guarantee(guarantee: str, producer, emitter, settle_interval_s: float = 0.0):

@@ -70,8 +70,7 @@ class EosRecovery:
         for p, start in starts.items():
             # Prefetched records of the old position are discarded (librdkafka's seek barrier).
             self.consumer.seek(TopicPartition(topic, p, start))
-        if starts:
-            parts.pause_finished(self.consumer, starts)
+        parts.pause_finished(self.consumer, starts)
         parts.on_change()
         self.recoveries += 1
         if self.metrics is not None:

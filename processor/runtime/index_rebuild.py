@@ -32,7 +32,7 @@ from processor.runtime import stop
 log = structlog.get_logger(__name__)
 
 # A TransactionEvent's first field is its status enum, whose index is a zigzag varint: one byte.
-_END_STATUS = bytes([2 * ["BEGIN", "END", "RESYNC_REQUIRED"].index("END")])
+_END_STATUS = bytes([2 * ev.transaction_schema()["fields"][0]["type"]["symbols"].index("END")])
 
 
 def _read_all(client: KafkaClientConfig | str, topic: str, timeout_s: float = 300.0):

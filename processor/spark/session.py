@@ -87,11 +87,10 @@ def default_java_options(
     JDK_JAVA_OPTIONS, _JAVA_OPTIONS) select a collector. Other launcher options (extraJavaOptions
     without a collector) keep theirs: Spark puts defaultJavaOptions before them."""
     env = dict(os.environ if environ is None else environ)
-    if _jvm_running(env) if jvm_running is None else jvm_running:
+    conf = conf or {}
+    if (_jvm_running(env) if jvm_running is None else jvm_running) or conf.get(DEFAULT_JAVA_OPTIONS) is not None:
         return {}
-    texts = [(conf or {}).get(key, "") for key in _JAVA_OPTION_KEYS]
-    if (conf or {}).get(DEFAULT_JAVA_OPTIONS) is not None:
-        return {}
+    texts = [conf.get(key, "") for key in _JAVA_OPTION_KEYS]
     submit_args = env.get("PYSPARK_SUBMIT_ARGS", "")
     if "defaultJavaOptions" in submit_args:
         return {}

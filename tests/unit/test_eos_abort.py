@@ -65,6 +65,7 @@ def parts_with(sink: KafkaSink) -> SimpleNamespace:
         delivery=SimpleNamespace(committed_batches=0),
         dispatcher=dispatcher,
         on_change=lambda: None,
+        pause_finished=lambda consumer, starts: None,
     )
 
 

@@ -170,7 +170,7 @@ def test_a_send_offsets_call_that_never_returns_stops_the_batch_within_its_deadl
     delivery.begin_batch()
     delivery.end_batch(lambda: [TopicPartition("raw", 0, 5)], Consumer())
     started = time.monotonic()
-    with pytest.raises(TransactionStuck, match=r"the batch's commit did not return within 0\.7s") as caught:
+    with pytest.raises(TransactionStuck, match=r"producer commit did not return within 0\.7s") as caught:
         delivery.begin_batch()  # the next batch waits for the commit: 2 x 0.2 s of call timeouts + 0.3 s grace
     assert time.monotonic() - started < 3
     assert isinstance(caught.value, KafkaUnavailable)  # the CLI exits with code 3; a restart fences

@@ -40,3 +40,4 @@ def test_only_ends_are_decoded_and_noted(monkeypatch):
 def test_the_end_byte_follows_the_schema():
     symbols = ev.transaction_schema()["fields"][0]["type"]["symbols"]
     assert bytes([2 * symbols.index("END")]) == index_rebuild._END_STATUS  # zigzag varint
+    assert record("END", "x", 0, 1)[:1] == index_rebuild._END_STATUS  # as the encoder writes it

@@ -124,6 +124,9 @@ class FakeParts:
     def take_on(self, consumer, partitions):
         return {}
 
+    def pause_finished(self, consumer, starts):
+        pass
+
     def on_change(self):
         self.changes += 1
 
