@@ -32,8 +32,13 @@ def _transient(error: KafkaError) -> bool:
     return error.retriable() or error.code() in _LEADERSHIP
 
 
+def as_admin(client: KafkaClientConfig | str | Admin) -> Admin:
+    """An Admin to reuse: each new one costs a connection and a metadata round trip (~50 ms)."""
+    return client if isinstance(client, Admin) else Admin(client)
+
+
 def list_offsets(
-    client: KafkaClientConfig | str,
+    client: KafkaClientConfig | str | Admin,
     partitions: Iterable[TopicPartitionId],
     which: str = "latest",
     timeout_s: float = 10.0,
@@ -46,7 +51,7 @@ def list_offsets(
     """
     spec = {"latest": OffsetSpec.latest, "earliest": OffsetSpec.earliest}[which]()
     wanted = {TopicPartition(topic, p): spec for topic, p in partitions}
-    admin = Admin(client)
+    admin = as_admin(client)
     if wanted:
         admin.metadata(timeout_s=timeout_s)  # clear errors for a refused or absent broker
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
@@ -66,8 +71,10 @@ def list_offsets(
     return found
 
 
-def topic_partitions(client: KafkaClientConfig | str, topic: str, timeout_s: float = 10.0) -> list[TopicPartitionId]:
-    admin = Admin(client)
+def topic_partitions(
+    client: KafkaClientConfig | str | Admin, topic: str, timeout_s: float = 10.0
+) -> list[TopicPartitionId]:
+    admin = as_admin(client)
     meta = admin.metadata(topic, timeout_s).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise LookupError(f"topic {topic!r} does not exist on {admin.client.bootstrap}")

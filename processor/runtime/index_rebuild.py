@@ -24,8 +24,9 @@ import structlog
 
 from processor.core import events as ev
 from processor.core.txn import COMMITTED
+from processor.kafka.admin import Admin
 from processor.kafka.client_config import KafkaClientConfig
-from processor.kafka.end_offsets import list_offsets, topic_partitions
+from processor.kafka.end_offsets import TopicPartitionId, list_offsets, topic_partitions
 from processor.kafka.read import read_to_end
 from processor.runtime import stop
 
@@ -35,21 +36,26 @@ log = structlog.get_logger(__name__)
 _END_STATUS = bytes([2 * ev.transaction_schema()["fields"][0]["type"]["symbols"].index("END")])
 
 
-def _read_all(client: KafkaClientConfig | str, topic: str, timeout_s: float = 300.0):
+def _read_all(admin: Admin, topic: str, timeout_s: float = 300.0):
     """Every record value of a topic up to its true end (nothing if the topic does not exist)."""
     try:
-        _log_open_transactions(client, topic, timeout_s)
-        for msg in read_to_end(client, topic, "txbuffer-index-rebuild", timeout_s):
-            yield msg.value()
+        partitions = topic_partitions(admin, topic)
     except LookupError:
         return
+    ends = list_offsets(admin, partitions, "latest")
+    _log_open_transactions(admin, topic, partitions, ends, timeout_s)
+    ends_by_partition = {p: end for (_, p), end in ends.items()}
+    for msg in read_to_end(admin.client, topic, "txbuffer-index-rebuild", timeout_s, ends=ends_by_partition):
+        yield msg.value()
 
 
-def _log_open_transactions(client: KafkaClientConfig | str, topic: str, timeout_s: float) -> None:
+def _log_open_transactions(
+    admin: Admin, topic: str, partitions: list[TopicPartitionId], ends: dict[TopicPartitionId, int], timeout_s: float
+) -> None:
     """Warn when an open Kafka transaction holds a partition's last stable offset below its end."""
-    partitions = topic_partitions(client, topic)
-    ends = list_offsets(client, partitions, "latest")
-    stable = list_offsets(client, partitions, "latest", read_committed=True)
+    if not any(ends.values()):
+        return  # an empty topic: nothing to wait for
+    stable = list_offsets(admin, partitions, "latest", read_committed=True)
     held = {p: {"stable": stable[(t, p)], "end": ends[(t, p)]} for t, p in partitions if stable[(t, p)] < ends[(t, p)]}
     if held:
         log.warning(
@@ -109,7 +115,8 @@ def _read_finished(
 ) -> int:
     """Feed every END and outcome record to note(partition, xid, offset, outcome); the count read."""
     read = 0
-    for value in _read_all(bootstrap, transactions_topic):
+    admin = Admin(bootstrap)  # one connection for both topics' look-ups
+    for value in _read_all(admin, transactions_topic):
         read += 1
         if value[:1] != _END_STATUS:
             continue  # a BEGIN (half the topic) or RESYNC_REQUIRED: only ENDs prove a commit
@@ -119,7 +126,7 @@ def _read_finished(
             continue
         if rec["status"] == "END":
             note(rec["input_partition"], rec["id"], rec["commit_offset"], COMMITTED)
-    for value in _read_all(bootstrap, outcomes_topic):
+    for value in _read_all(admin, outcomes_topic):
         read += 1
         try:
             rec = ev.decode_outcome(value)
