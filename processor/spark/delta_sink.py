@@ -222,15 +222,17 @@ class DeltaSinks:
             .where((F.col(BATCH_COLUMN) > last) & (F.col(BATCH_COLUMN) <= upto))
             .select(*FOLD_COLUMNS)
         )
-        src = src.localCheckpoint() if self.merge_threads > 1 else src.persist()
-        try:
-            started = time.monotonic()
-            shape = self.inspect(src)
-            inspected = time.monotonic()
-            tables = self.merge_state(src, shape, upto) if shape.rows else []
-            merged = time.monotonic()
-        finally:
-            release(src)
+        # Not cached: each table's MERGE source reads only its own partition of the change log (the
+        # filter on `table` prunes the partitions, the one on the batch id skips the files of other
+        # batches), so the fold decodes its changes once in all. A cache of every table's changes
+        # (a local checkpoint) was written once and then scanned whole by each of the ten tables:
+        # twice the CPU (docs/lakehouse.md, session 27). The plan holds no from_avro, so the
+        # concurrent MERGEs may analyse it at once.
+        started = time.monotonic()
+        shape = self.inspect(src)
+        inspected = time.monotonic()
+        tables = self.merge_state(src, shape, upto) if shape.rows else []
+        merged = time.monotonic()
         self.record_fold(spark, last + 1, upto, shape.rows)
         return {
             "folded": [last + 1, upto],
