@@ -72,3 +72,31 @@ def test_rebuild_next_to_an_open_transaction_logs_the_wait_and_finishes_once_it_
     waits = [e for e in logs if e["event"] == "index.rebuild_waits"]
     assert [(w["topic"], w["partitions"]) for w in waits] == [(transactions, {0: {"stable": 2, "end": 3}})]
     assert any(e["event"] == "index.rebuilt" for e in logs)
+
+
+def test_rebuild_makes_one_admin_client_for_both_topics(broker, monkeypatch):
+    """Each AdminClient costs a connection and a metadata round trip (~50 ms): the rebuild's look-ups
+    share one, so a processor taking partitions over from empty outputs starts at once."""
+    import processor.kafka.admin as admin_module
+
+    client = KafkaClientConfig(broker.bootstrap)
+    tag = uuid.uuid4().hex[:8]
+    transactions, outcomes, absent = f"transactions-{tag}", f"outcomes-{tag}", f"absent-{tag}"
+    ensure_topics(client, {transactions: 2, outcomes: 2})
+    producer = client.producer()
+    producer.produce(transactions, _end("done", 5), b"done", partition=1)
+    assert producer.flush(30) == 0
+
+    made = []
+    original = admin_module.Admin.__init__
+
+    def counting(self, target):
+        made.append(target)
+        original(self, target)
+
+    monkeypatch.setattr(admin_module.Admin, "__init__", counting)
+    assert completed_from_records(client, transactions, outcomes, {0: 0}) == {0: [("done", 5, "committed")]}
+    assert len(made) == 1
+    made.clear()
+    assert completed_from_records(client, transactions, absent, {0: 0}) == {0: [("done", 5, "committed")]}
+    assert len(made) == 1  # an absent outcomes topic reads as empty, with the same client
