@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import structlog
 
+from processor.core import codec
 from processor.core import events as ev
 from processor.core.txn import COMMITTED
 from processor.kafka.admin import Admin
@@ -121,7 +122,7 @@ def _read_finished(
         if value[:1] != _END_STATUS:
             continue  # a BEGIN (half the topic) or RESYNC_REQUIRED: only ENDs prove a commit
         try:
-            rec = ev.decode_transaction(value)
+            rec = codec.decode_transaction(value)  # compiled (fastavro-equal), ~11 µs per END with fastavro
         except ev.DecodeError:
             continue
         if rec["status"] == "END":
@@ -129,7 +130,7 @@ def _read_finished(
     for value in _read_all(admin, outcomes_topic):
         read += 1
         try:
-            rec = ev.decode_outcome(value)
+            rec = codec.decode_outcome(value)
         except ev.DecodeError:
             continue
         note(rec["input_partition"], rec["xid"], rec["offset"], rec["outcome"])
