@@ -14,9 +14,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
+from processor.kafka.admin import Admin
 from processor.kafka.chunking import reassembled
 from processor.kafka.client_config import KafkaClientConfig, as_client_config
-from processor.kafka.end_offsets import end_offsets
+from processor.kafka.end_offsets import list_offsets, topic_partitions
 
 
 def read_to_end(
@@ -31,8 +32,8 @@ def read_to_end(
 ) -> Iterator[Message]:
     """Yield every record of `topic` (in partition order per partition) below its end offsets.
 
-    starts: offset to begin at per partition (default: the log start); ends: where to stop
-    (default: the end offsets now). TimeoutError if the ends are not reached in timeout_s.
+    starts: offset to begin at per partition (default: the log start, looked up now); ends: where to
+    stop (default: the end offsets now). TimeoutError if the ends are not reached in timeout_s.
     reassemble: a complete set of chunks comes out as one record, at its last chunk's offset;
     chunks of a set that does not complete below the ends are left out.
     """
@@ -50,8 +51,17 @@ def _records(
     consumer_conf: dict[str, Any],
 ) -> Iterator[Message]:
     client = as_client_config(client)
-    ends = dict(ends if ends is not None else end_offsets(client, topic, timeout_s=min(timeout_s, 30.0)))
-    starts = dict(starts or {})
+    if ends is None or starts is None:
+        # Absolute start offsets: a partition assigned at OFFSET_BEGINNING first asks its leader for
+        # the log start, and librdkafka retries that look-up 500 ms later when the connection to the
+        # leader is not up yet, which for a new consumer it never is (each read began 0.5 s late).
+        admin = Admin(client)
+        partitions = topic_partitions(admin, topic, min(timeout_s, 30.0))
+        if ends is None:
+            ends = {p: end for (_, p), end in list_offsets(admin, partitions, "latest", min(timeout_s, 30.0)).items()}
+        if starts is None:
+            starts = {p: s for (_, p), s in list_offsets(admin, partitions, "earliest", min(timeout_s, 30.0)).items()}
+    ends, starts = dict(ends), dict(starts)
     pending = {p for p, end in ends.items() if end > starts.get(p, 0)}
     if not pending:
         return

@@ -45,8 +45,11 @@ def _read_all(admin: Admin, topic: str, timeout_s: float = 300.0):
         return
     ends = list_offsets(admin, partitions, "latest")
     _log_open_transactions(admin, topic, partitions, ends, timeout_s)
+    starts = {p: s for (_, p), s in list_offsets(admin, partitions, "earliest").items()}
     ends_by_partition = {p: end for (_, p), end in ends.items()}
-    for msg in read_to_end(admin.client, topic, "txbuffer-index-rebuild", timeout_s, ends=ends_by_partition):
+    for msg in read_to_end(
+        admin.client, topic, "txbuffer-index-rebuild", timeout_s, starts=starts, ends=ends_by_partition
+    ):
         yield msg.value()
 
 

@@ -64,6 +64,42 @@ def test_the_reader_stops_at_a_commit_marker_and_skips_aborted_records(broker):
     assert time.monotonic() - started < 15  # finished at the marker, not at the time-out
 
 
+def test_the_reader_assigns_the_log_start_itself_and_reads_from_it(broker, monkeypatch):
+    """Assigned at OFFSET_BEGINNING, a new consumer's partition waited 500 ms for librdkafka to retry
+    the log-start look-up (the leader connection was not up yet): the reader looks the start offsets
+    up itself and assigns them. A partition whose start moved (DeleteRecords) is read from there."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    client = KafkaClientConfig(broker.bootstrap)
+    topic = _name("start")
+    ensure_topics(client, {topic: 2})
+    produce_all(client.producer(), topic, [(b"k", f"v{i}".encode(), i % 2) for i in range(8)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: its futures need it alive
+    deleted = admin.delete_records([TopicPartition(topic, 0, 2)])
+    assert [f.result(30).low_watermark for f in deleted.values()] == [2]
+    assigned: list[tuple[int, int]] = []
+    make = KafkaClientConfig.consumer
+
+    def consumer(self, group, **conf):
+        real = make(self, group, **conf)
+
+        class Recording:
+            def assign(self, partitions):
+                assigned.extend((tp.partition, tp.offset) for tp in partitions)
+                real.assign(partitions)
+
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+        return Recording()
+
+    monkeypatch.setattr(KafkaClientConfig, "consumer", consumer)
+    values = sorted(m.value() for m in read_to_end(client, topic, timeout_s=30))
+    assert sorted(assigned) == [(0, 2), (1, 0)]  # absolute offsets, not OFFSET_BEGINNING (-2)
+    assert values == sorted(f"v{i}".encode() for i in range(8) if i % 2 or i >= 4)
+
+
 def test_oversized_records_raise_a_typed_error_and_dead_letters_keep_their_headers(broker):
     client = KafkaClientConfig(broker.bootstrap)
     topic, dlq = _name("big"), _name("dlq")
