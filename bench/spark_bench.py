@@ -86,6 +86,7 @@ def bench_spark(
     stage: str = "full",
     commit_ms: int = 1000,
     fold_every: int = 1,
+    keep_changelog: str | None = None,
 ) -> dict:
     """Native Kafka source -> from_avro -> dedup -> Delta change log + MERGE into current state.
 
@@ -148,6 +149,9 @@ def bench_spark(
     finally:
         sampler.stop()
         spark.stop()
+        if keep_changelog and os.path.isdir(f"{work}/lake/changelog"):  # for refold()
+            shutil.rmtree(keep_changelog, ignore_errors=True)
+            shutil.copytree(f"{work}/lake/changelog", keep_changelog)
         shutil.rmtree(work, ignore_errors=True)
     result = {
         "records": n_changes,
@@ -287,6 +291,59 @@ class JvmCpuSampler:
         return groups
 
 
+def refold(changelog: str, repeat: int = 3, merge_threads: int = 4, conf: dict[str, str] | None = None) -> list[dict]:
+    """Fold a kept change log (`--keep-changelog`, written with `--fold-every` > 1) into empty
+    current-state tables `repeat` times in one JVM, each time from a fresh copy: the fold alone,
+    without the Kafka source and the change-log batches around it. Per fold: wall and JVM CPU
+    seconds, CPU µs per folded change, the CPU by thread group and the fold's own timings (inspect,
+    MERGEs and tombstones, per table). The first fold carries the JVM's warm-up."""
+    from pyspark.sql import functions as F
+
+    from processor.spark.delta_sink import BATCH_COLUMN, DeltaSinks
+    from processor.spark.job import spark_session
+    from processor.spark.readback import row_counts
+
+    conf = {
+        "spark.master": "local[2]",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "4g",
+        **(conf or {}),
+    }
+    spark = spark_session(app="txbuffer-refold", conf=conf)
+    results = []
+    try:
+        upto = spark.read.format("delta").load(f"file://{changelog}").agg(F.max(BATCH_COLUMN)).collect()[0][0]
+        for _ in range(repeat):
+            work = tempfile.mkdtemp(prefix="txbuffer-refold-")
+            try:
+                shutil.copytree(changelog, f"{work}/changelog")
+                sinks = DeltaSinks(f"file://{work}", "refold", merge_threads=merge_threads, fold_every=2)
+                cpu0, t0 = jvm_cpu_seconds(spark), time.monotonic()
+                sampler = JvmCpuSampler(spark)
+                out = sinks.fold(spark, upto)
+                sampler.stop()
+                cpu, wall = jvm_cpu_seconds(spark) - cpu0, time.monotonic() - t0
+                results.append(
+                    {
+                        "wall_s": round(wall, 1),
+                        "cpu_s": round(cpu, 1),
+                        "cpu_us_per_change": round(1e6 * cpu / max(1, out.get("rows", 0)), 1),
+                        "jvm_thread_cpu_s": sampler.by_group(),
+                        "state_rows": sum(row_counts(work).values()),
+                        "load_average": round(os.getloadavg()[0], 2),
+                        **out,
+                    }
+                )
+                log.info("bench.refold", **results[-1])
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        spark.stop()
+    return results
+
+
 def log_end_total(bootstrap: str, topic: str) -> int:
     """Records in the topic (sum of log end offsets; the topic is fresh, so its starts are 0)."""
     from processor.spark.kafka_source import KafkaClient
@@ -356,7 +413,21 @@ if __name__ == "__main__":
         default=1,
         help="MERGE the current state every N batches from the change log (1: every batch)",
     )
+    p.add_argument("--keep-changelog", metavar="DIR", help="copy the run's change log to DIR (for --refold)")
+    p.add_argument(
+        "--refold",
+        metavar="DIR",
+        help="no Kafka run: fold the change log kept in DIR into empty state --repeat times in one JVM",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="folds of --refold")
     a = p.parse_args()
+    if a.refold:
+        print(
+            json.dumps(
+                refold(a.refold, a.repeat, merge_threads=a.merge_threads, conf=dict(c.split("=", 1) for c in a.conf))
+            )
+        )
+        raise SystemExit(0)
     with EmbeddedKafka() as broker:
         out = bench_spark(
             broker.bootstrap,
@@ -371,5 +442,6 @@ if __name__ == "__main__":
             stage=a.stage,
             commit_ms=a.commit_ms,
             fold_every=a.fold_every,
+            keep_changelog=a.keep_changelog,
         )
         print(json.dumps(out))
