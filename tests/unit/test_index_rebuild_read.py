@@ -3,6 +3,7 @@ commit, so the others are skipped by their first byte (the status enum) without 
 
 from __future__ import annotations
 
+from processor.core import codec
 from processor.core import events as ev
 from processor.core.assemble import transaction_event
 from processor.core.txn import Commit, Txn
@@ -28,8 +29,8 @@ def test_only_ends_are_decoded_and_noted(monkeypatch):
     }
     monkeypatch.setattr(index_rebuild, "_read_all", lambda _client, topic: iter(topics[topic]))
     decoded = []
-    decode = ev.decode_transaction
-    monkeypatch.setattr(ev, "decode_transaction", lambda value: decoded.append(value) or decode(value))
+    decode = codec.decode_transaction  # the compiled decoder (fastavro when not built)
+    monkeypatch.setattr(codec, "decode_transaction", lambda value: decoded.append(value) or decode(value))
     noted = []
     read = index_rebuild._read_finished("b:9092", "transactions", "outcomes", lambda *a: noted.append(a))
     assert read == 7
