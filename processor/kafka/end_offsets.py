@@ -82,14 +82,16 @@ def topic_partitions(
 
 
 def end_offsets(
-    client: KafkaClientConfig | str, topic: str, group: str | None = None, timeout_s: float = 10.0
+    client: KafkaClientConfig | str | Admin, topic: str, group: str | None = None, timeout_s: float = 10.0
 ) -> dict[int, int]:
     """End offset per partition of one topic. (`group` is accepted for older callers; unused.)"""
+    client = as_admin(client)
     ends = list_offsets(client, topic_partitions(client, topic, timeout_s), "latest", timeout_s)
     return {p: end for (_, p), end in ends.items()}
 
 
-def start_offsets(client: KafkaClientConfig | str, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
+def start_offsets(client: KafkaClientConfig | str | Admin, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
     """Log start offset per partition (above 0 after retention or DeleteRecords)."""
+    client = as_admin(client)
     starts = list_offsets(client, topic_partitions(client, topic, timeout_s), "earliest", timeout_s)
     return {p: start for (_, p), start in starts.items()}

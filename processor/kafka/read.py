@@ -17,11 +17,11 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 from processor.kafka.admin import Admin
 from processor.kafka.chunking import reassembled
 from processor.kafka.client_config import KafkaClientConfig, as_client_config
-from processor.kafka.end_offsets import list_offsets, topic_partitions
+from processor.kafka.end_offsets import as_admin, end_offsets, start_offsets
 
 
 def read_to_end(
-    client: KafkaClientConfig | str,
+    client: KafkaClientConfig | str | Admin,
     topic: str,
     group: str = "txbuffer-reader",
     timeout_s: float = 120.0,
@@ -42,7 +42,7 @@ def read_to_end(
 
 
 def _records(
-    client: KafkaClientConfig | str,
+    client: KafkaClientConfig | str | Admin,
     topic: str,
     group: str,
     timeout_s: float,
@@ -50,17 +50,14 @@ def _records(
     ends: Mapping[int, int] | None,
     consumer_conf: dict[str, Any],
 ) -> Iterator[Message]:
-    client = as_client_config(client)
     if ends is None or starts is None:
         # Absolute start offsets: a partition assigned at OFFSET_BEGINNING first asks its leader for
         # the log start, and librdkafka retries that look-up 500 ms later when the connection to the
         # leader is not up yet, which for a new consumer it never is (each read began 0.5 s late).
-        admin = Admin(client)
-        partitions = topic_partitions(admin, topic, min(timeout_s, 30.0))
-        if ends is None:
-            ends = {p: end for (_, p), end in list_offsets(admin, partitions, "latest", min(timeout_s, 30.0)).items()}
-        if starts is None:
-            starts = {p: s for (_, p), s in list_offsets(admin, partitions, "earliest", min(timeout_s, 30.0)).items()}
+        admin, lookup_s = as_admin(client), min(timeout_s, 30.0)
+        ends = ends if ends is not None else end_offsets(admin, topic, timeout_s=lookup_s)
+        starts = starts if starts is not None else start_offsets(admin, topic, lookup_s)
+    client = client.client if isinstance(client, Admin) else as_client_config(client)
     ends, starts = dict(ends), dict(starts)
     pending = {p for p, end in ends.items() if end > starts.get(p, 0)}
     if not pending:

@@ -27,7 +27,7 @@ from processor.core import events as ev
 from processor.core.txn import COMMITTED
 from processor.kafka.admin import Admin
 from processor.kafka.client_config import KafkaClientConfig
-from processor.kafka.end_offsets import TopicPartitionId, list_offsets, topic_partitions
+from processor.kafka.end_offsets import end_offsets, list_offsets
 from processor.kafka.read import read_to_end
 from processor.runtime import stop
 
@@ -40,27 +40,20 @@ _END_STATUS = bytes([2 * ev.transaction_schema()["fields"][0]["type"]["symbols"]
 def _read_all(admin: Admin, topic: str, timeout_s: float = 300.0):
     """Every record value of a topic up to its true end (nothing if the topic does not exist)."""
     try:
-        partitions = topic_partitions(admin, topic)
+        ends = end_offsets(admin, topic)
     except LookupError:
         return
-    ends = list_offsets(admin, partitions, "latest")
-    _log_open_transactions(admin, topic, partitions, ends, timeout_s)
-    starts = {p: s for (_, p), s in list_offsets(admin, partitions, "earliest").items()}
-    ends_by_partition = {p: end for (_, p), end in ends.items()}
-    for msg in read_to_end(
-        admin.client, topic, "txbuffer-index-rebuild", timeout_s, starts=starts, ends=ends_by_partition
-    ):
+    _log_open_transactions(admin, topic, ends, timeout_s)
+    for msg in read_to_end(admin, topic, "txbuffer-index-rebuild", timeout_s, ends=ends):
         yield msg.value()
 
 
-def _log_open_transactions(
-    admin: Admin, topic: str, partitions: list[TopicPartitionId], ends: dict[TopicPartitionId, int], timeout_s: float
-) -> None:
+def _log_open_transactions(admin: Admin, topic: str, ends: dict[int, int], timeout_s: float) -> None:
     """Warn when an open Kafka transaction holds a partition's last stable offset below its end."""
     if not any(ends.values()):
         return  # an empty topic: nothing to wait for
-    stable = list_offsets(admin, partitions, "latest", read_committed=True)
-    held = {p: {"stable": stable[(t, p)], "end": ends[(t, p)]} for t, p in partitions if stable[(t, p)] < ends[(t, p)]}
+    stable = list_offsets(admin, [(topic, p) for p in ends], "latest", read_committed=True)
+    held = {p: {"stable": stable[(topic, p)], "end": end} for p, end in ends.items() if stable[(topic, p)] < end}
     if held:
         log.warning(
             "index.rebuild_waits",
