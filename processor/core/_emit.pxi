@@ -16,6 +16,8 @@ cdef class ChangeStream:
     cdef list _vals                     # the prefix fields of the event being encoded
     cdef bytes _table_utf8              # the last table read in place, and its str
     cdef object _table
+    cdef public Py_ssize_t sent         # changes send_all handed to send
+    cdef public object last_seq         # seq of the last of them (set by the caller before)
 
     def __init__(self, ChangeWriter writer not None, Py_ssize_t produced, dict tables not None):
         self.writer, self.produced, self.tables = writer, produced, tables
@@ -29,6 +31,28 @@ cdef class ChangeStream:
         self.tables[t] = count
         self.produced += 1
         return (self.produced, count)
+
+    def send_all(self, pairs, send, failed, tombstone_after):
+        """next() and send(kafka_key, value, failed) for each (key, raw) of pairs, in order, plus a
+        tombstone (value None) after each change whose op is tombstone_after (None: no tombstones;
+        the emitter passes DELETE when asked for them): the emitter's per-change loop
+        in C. sent and last_seq follow each change handed to send, also when send raises; a change
+        numbered but not sent is taken back from the numbering, so the emit cursor never covers it."""
+        cdef object out
+        for _, raw in pairs:
+            out = self.next(raw)
+            if out is None:
+                continue
+            try:
+                send((<tuple>out)[0], (<tuple>out)[1], failed)
+            except BaseException:
+                self.produced -= 1
+                self.tables[(<tuple>out)[3]] -= 1
+                raise
+            self.sent += 1
+            self.last_seq = (<tuple>out)[2]
+            if tombstone_after is not None and (<tuple>out)[4] == tombstone_after:
+                send((<tuple>out)[0], None, failed)
 
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment

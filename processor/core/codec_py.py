@@ -16,6 +16,25 @@ from . import events as _ev
 class PyChangeStream:
     def __init__(self, writer: Any, produced: int, tables: dict[str, int], view: Callable[[bytes], Any]):
         self.writer, self.produced, self.tables, self._view = writer, produced, tables, view
+        self.sent: int = 0
+        self.last_seq: int | None = None  # set by the caller before send_all
+
+    def send_all(self, pairs: Any, send: Callable[..., None], failed: Any, tombstone_after: str | None) -> None:
+        for _, raw in pairs:
+            out = self.next(raw)
+            if out is None:
+                continue
+            kafka_key, value, seq, table, op = out
+            try:
+                send(kafka_key, value, failed)
+            except BaseException:
+                self.produced -= 1  # numbered, not sent: the emit cursor must never cover it
+                self.tables[table] -= 1
+                raise
+            self.sent += 1
+            self.last_seq = seq
+            if op == tombstone_after:
+                send(kafka_key, None, failed)
 
     def number(self, table: str | None) -> tuple[int, int]:
         t = table or ""

@@ -122,19 +122,14 @@ class Emitter:
                     sent += 1
                     if tombstones and change.op == ev.DELETE:
                         send(change.kafka_key, None, failed)
-            else:
+            else:  # the per-change loop in C; it takes back a change numbered but not sent itself
                 begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
-                following = stream.next
-                for _, raw in engine.buffered(txn, begin, keys.upper_bound(txn.prefix + keys.EVENT)):
-                    out = following(raw)
-                    if out is None:
-                        continue
-                    kafka_key, value, seq, table, op = out
-                    send(kafka_key, value, failed)
-                    last_seq = seq
-                    sent += 1
-                    if tombstones and op == ev.DELETE:
-                        send(kafka_key, None, failed)
+                stream.sent, stream.last_seq = 0, last_seq
+                try:
+                    pairs = engine.buffered(txn, begin, keys.upper_bound(txn.prefix + keys.EVENT))
+                    stream.send_all(pairs, send, failed, ev.DELETE if tombstones else None)
+                finally:
+                    sent, last_seq = stream.sent, stream.last_seq
         except BaseException:
             # Cut short (a stop, a failed produce): the cursor may only ever cover changes sent, so a
             # change numbered but not sent is taken back from the numbering.

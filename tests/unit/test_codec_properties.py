@@ -692,3 +692,54 @@ def test_a_change_stream_tells_apart_tables_that_share_a_prefix():
     got = [fast.next(ev.encode_raw({**BASE_RAW, "table": t}))[3] for t in tables]
     assert got == [t or "" for t in tables]
     assert fast.tables == {"ab": 2, "a": 2, "": 2, "abc": 1}
+
+
+class _Refuses:
+    """A send that records what it is handed and raises on its nth call (None: never)."""
+
+    def __init__(self, fail_at: int | None):
+        self.fail_at, self.calls = fail_at, []
+
+    def __call__(self, key, value, failed):
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            raise BufferError("queue full")
+        self.calls.append((key, value, failed))
+
+
+@PROPS
+@given(
+    txn_parts,
+    st.lists(raw_records, min_size=1, max_size=6),
+    st.sampled_from([None, ev.DELETE]),
+    st.one_of(st.none(), st.integers(0, 7)),
+)
+def test_send_all_equals_the_python_stream_and_never_counts_a_change_it_did_not_send(
+    txn, records, tombstone_after, fail_at
+):
+    # The emitter's per-change loop (ChangeStream.send_all): the same sends as the Python stream, in
+    # order (tombstones after DELETEs when asked); when a send raises, sent and last_seq cover only
+    # the changes handed over, and the change numbered for the refused send is taken back.
+    pairs = [(b"k%d" % i, ev.encode_raw(r)) for i, r in enumerate(records)]
+    streams = (
+        fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}),
+        codec.PyChangeStream(codec.PyChangeWriter(**txn), 0, {}, view=codec._py_view),
+    )
+    results = []
+    for stream in streams:
+        send = _Refuses(fail_at)
+        stream.sent, stream.last_seq = 0, -1
+        try:
+            stream.send_all(pairs, send, "failed", tombstone_after)
+            raised = None
+        except BufferError as exc:
+            raised = str(exc)
+        results.append((send.calls, raised, stream.sent, stream.last_seq, stream.produced, dict(stream.tables)))
+    assert results[0] == results[1]
+    calls, _raised, sent, last_seq, produced, tables = results[0]
+    changes = [c for c in calls if c[1] is not None]
+    assert sent == produced == len(changes) == sum(tables.values())
+    if changes:
+        assert last_seq == ev.decode_change(changes[-1][1])["source"]["seq"]
+    else:
+        assert last_seq == -1
+    assert all(failed == "failed" for *_, failed in calls)
