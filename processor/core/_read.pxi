@@ -41,6 +41,18 @@ cdef inline Py_ssize_t read_size(Reader* r) except -1:
 
 
 cdef inline Py_ssize_t read_index(Reader* r, Py_ssize_t n, str what) except -1:
+    # The common case inline: a one-byte, non-negative index in range (a union branch, an enum
+    # symbol of the first 64); anything else takes the general path.
+    cdef unsigned char b
+    if r.pos < r.end:
+        b = r.buf[r.pos]
+        if b < 0x80 and (b & 1) == 0 and (b >> 1) < n:
+            r.pos += 1
+            return b >> 1
+    return _read_index(r, n, what)
+
+
+cdef Py_ssize_t _read_index(Reader* r, Py_ssize_t n, str what) except -1:
     # fastavro indexes a Python list, so -n..-1 count from the end.
     cdef int64_t i = read_long(r)
     if i < 0:
@@ -72,6 +84,14 @@ cdef bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i = 0
     cdef uint64_t w
     cdef unsigned char c, c1
+    cdef unsigned char seen = 0
+    if n <= 32:  # most strings (names, short values): one pass that finds them ASCII
+        while i < n:
+            seen |= s[i]
+            i += 1
+        if seen < 0x80:
+            return True
+        i = 0
     while i < n:
         while i + 8 <= n:
             memcpy(&w, s + i, 8)
@@ -205,41 +225,55 @@ cdef object decode_node(Node node, Reader* r):
     raise AssertionError(k)
 
 
-cdef int skip_node(Node node, Reader* r) except -1:
-    """Validate one value as decode_node would, without building it."""
-    cdef int k = node.kind
+cdef inline int skip_scalar(int k, Reader* r) except -1:
+    """Validate one value of a scalar kind (null, boolean, int, long, float, double, bytes, string)."""
     cdef Py_ssize_t i
-    cdef int64_t count
     if k == K_STRING:
         return skip_str(r)
     if k == K_LONG or k == K_INT:
         read_long(r)
         return 0
-    if k == K_UNION:
-        return skip_node(<Node>node.children[read_index(r, node.n, "union")], r)
     if k == K_NULL:
-        return 0
-    if k == K_BOOLEAN or k == K_DOUBLE or k == K_FLOAT:
-        i = 1 if k == K_BOOLEAN else (8 if k == K_DOUBLE else 4)
-        if r.end - r.pos < i:
-            _eof(r, _KIND_NAMES[k])
-        r.pos += i
         return 0
     if k == K_BYTES:
         i = read_size(r)
         r.pos += i
         return 0
+    i = 1 if k == K_BOOLEAN else (8 if k == K_DOUBLE else 4)
+    if r.end - r.pos < i:
+        _eof(r, _KIND_NAMES[k])
+    r.pos += i
+    return 0
+
+
+cdef int skip_node(Node node, Reader* r) except -1:
+    """Validate one value as decode_node would, without building it."""
+    cdef int k = node.kind
+    cdef Py_ssize_t i
+    cdef int64_t count
+    cdef Node child
+    if k <= K_STRING:
+        return skip_scalar(k, r)
+    if k == K_UNION:
+        i = read_index(r, node.n, "union")
+        if node.scalar_union:
+            return skip_scalar(node.scalar_kinds[i], r)
+        return skip_node(<Node>node.children[i], r)
     if k == K_ENUM:
         read_index(r, node.n, "enum")
         return 0
     if k == K_MAP or k == K_ARRAY:
+        child = node.child
         count = read_block_count(r)
         while count != 0:
             i = 0
             while i < count:
                 if k == K_MAP:
                     skip_str(r)
-                skip_node(node.child, r)
+                if child.scalar_union:  # the row images' values: no call per value
+                    skip_scalar(child.scalar_kinds[read_index(r, child.n, "union")], r)
+                else:
+                    skip_node(child, r)
                 i += 1
             count = read_block_count(r)
         return 0

@@ -40,6 +40,10 @@ cdef class Node:
     # Union branch chosen by fastavro for a datum of each exact type, -1 when unsure (fall back).
     cdef int pick_none, pick_bool, pick_int32, pick_int64, pick_float, pick_str, pick_bytes
     cdef int pick_dict, pick_list
+    # A union whose branches are all scalars (null, boolean, numbers, bytes, string; at most 8):
+    # each branch's kind, so skip_node validates a branch without visiting its Node.
+    cdef bint scalar_union
+    cdef int scalar_kinds[8]
 
 
 class Malformed(ValueError):
@@ -66,6 +70,10 @@ def _compile(schema, dict names, str namespace, set compiling):
         node.children = tuple(_compile(s, names, namespace, compiling) for s in schema)
         node.n = len(node.children)
         _plan_union(node)
+        node.scalar_union = node.n <= 8 and all((<Node>b).kind <= K_STRING for b in node.children)
+        if node.scalar_union:
+            for i in range(node.n):
+                node.scalar_kinds[i] = (<Node>node.children[i]).kind
         return node
     if not isinstance(schema, dict):
         raise ValueError(f"not a schema: {schema!r}")
