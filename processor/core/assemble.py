@@ -39,7 +39,7 @@ class Change:
 def iter_changes(store: Store, txn: Txn) -> Iterator[Change]:
     """Surviving changes after the emit cursor, in seq order, with fragments merged."""
     begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
-    end = keys.upper_bound(txn.prefix + keys.EVENT)
+    end = keys.events_end(txn.prefix)
     for _, value in store.scan(begin, end):
         header, raw = stored.unpack(value)
         if header[0] in ev.FRAGMENT_OPS:

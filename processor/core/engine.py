@@ -363,7 +363,8 @@ class PartitionEngine:
                 self.batch.delete(pointer)
 
     def _commit(self, txn: Txn, offset: int, scn: int, ts_ms: int, thread: int) -> list[Action]:
-        self._advance_watermark(scn)
+        if scn > self.watermark:  # _advance_watermark, inline: every transaction commits
+            self.watermark = scn
         txn.commit = Commit(scn, ts_ms, thread, offset)
         del self.open[txn.xid]
         if txn.filtered:

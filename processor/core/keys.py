@@ -34,6 +34,9 @@ SUBXID = b"\x03"
 _P = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _H = struct.Struct(">H")
+# The per-transaction keys in one pack each: they are made for every transaction.
+_PH = struct.Struct(">IH")
+_PQ = struct.Struct(">IQ")
 SEQ_MAX = (1 << 64) - 1
 
 
@@ -57,11 +60,20 @@ def seq_of(key: bytes) -> int:
 
 
 def txn_prefix(partition: int, xid: str) -> bytes:
-    return TXN + _part(partition) + _str(xid)
+    raw = xid.encode()
+    return TXN + _PH.pack(partition, len(raw)) + raw
 
 
 def event_key(txn: bytes, seq: int) -> bytes:
     return txn + EVENT + _Q.pack(seq)
+
+
+_EVENTS_END = bytes([EVENT[0] + 1])
+
+
+def events_end(txn: bytes) -> bytes:
+    """The smallest key after every event key of a transaction (upper_bound(txn + EVENT))."""
+    return txn + _EVENTS_END
 
 
 def row_prefix(txn: bytes, row: str) -> bytes:
@@ -85,7 +97,7 @@ def meta_key(partition: int, xid: str) -> bytes:
 
 
 def fifo_key(partition: int, offset: int, xid: str) -> bytes:
-    return FIFO + _part(partition) + _Q.pack(offset) + xid.encode()
+    return FIFO + _PQ.pack(partition, offset) + xid.encode()
 
 
 def fifo_decode(key: bytes) -> tuple[int, str]:

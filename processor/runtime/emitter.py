@@ -126,7 +126,7 @@ class Emitter:
                 begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
                 stream.sent, stream.last_seq = 0, last_seq
                 try:
-                    pairs = engine.buffered(txn, begin, keys.upper_bound(txn.prefix + keys.EVENT))
+                    pairs = engine.buffered(txn, begin, keys.events_end(txn.prefix))
                     stream.send_all(pairs, send, failed, ev.DELETE if tombstones else None)
                 finally:
                     sent, last_seq = stream.sent, stream.last_seq

@@ -1,0 +1,38 @@
+"""The state store's key layout (processor/core/keys.py): the per-transaction keys made in one pack
+each are the documented layout, and a transaction's event range ends where upper_bound says."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.core import keys
+
+partitions = st.integers(0, 2**32 - 1)
+xids = st.text(max_size=40)
+
+
+@given(partitions, xids)
+def test_txn_prefix_is_kind_partition_length_and_xid(partition, xid):
+    raw = xid.encode()
+    assert (
+        keys.txn_prefix(partition, xid) == keys.TXN + struct.pack(">I", partition) + struct.pack(">H", len(raw)) + raw
+    )
+
+
+@given(partitions, st.integers(0, 2**64 - 1), xids)
+def test_fifo_key_is_kind_partition_offset_and_xid_and_decodes_back(partition, offset, xid):
+    key = keys.fifo_key(partition, offset, xid)
+    assert key == keys.FIFO + struct.pack(">I", partition) + struct.pack(">Q", offset) + xid.encode()
+    assert keys.fifo_decode(key) == (offset, xid)
+
+
+@given(partitions, xids, st.integers(0, 2**64 - 1))
+def test_events_end_bounds_every_event_key_and_no_index_key_of_the_transaction(partition, xid, seq):
+    prefix = keys.txn_prefix(partition, xid)
+    end = keys.events_end(prefix)
+    assert end == keys.upper_bound(prefix + keys.EVENT)
+    assert keys.event_key(prefix, seq) < end
+    assert keys.row_prefix(prefix, "r") >= end and keys.subxid_prefix(prefix, "s") >= end
