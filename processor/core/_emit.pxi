@@ -24,13 +24,24 @@ cdef class ChangeStream:
 
     cpdef tuple number(self, table):
         """(total_order, data_collection_order) of the next change of `table`."""
+        cdef int64_t total_order, collection_order
+        self._count(table, &total_order, &collection_order)
+        return (total_order, collection_order)
+
+    cdef int _count(self, object table, int64_t* total_order, int64_t* collection_order) except -1:
+        """number() for the C path: the two positions written to C variables, no tuple."""
         cdef object t = table or ""
+        cdef PyObject* held
+        cdef int64_t count
         if self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
-        cdef object count = self.tables.get(t, 0) + 1
-        self.tables[t] = count
+        held = PyDict_GetItem(self.tables, t)
+        count = 1 if held == NULL else <int64_t>(<object>held) + 1
+        PyDict_SetItem(self.tables, t, PyLong_FromLongLong(count))
         self.produced += 1
-        return (self.produced, count)
+        total_order[0] = self.produced
+        collection_order[0] = count
+        return 0
 
     def send_all(self, pairs, send, failed, tombstone_after):
         """next() and send(kafka_key, value, failed) for each (key, raw) of pairs, in order, plus a
@@ -124,7 +135,7 @@ cdef class ChangeStream:
             self._table = t
         if kafka_key is None:
             kafka_key = change_key_c(t, key)
-        total_order, collection_order = self.number(t)
+        self._count(t, &total_order, &collection_order)
         value = encode_change_in_place(self.writer, op_index, f.seq, f.scn, f.ts_ms, f.table, f.table_n, f.row_id,
                                        f.row_id_n, raw, body_at, total_order, collection_order)
         op = (<Node>root.children[I_OP]).symbols[f.op]
