@@ -103,7 +103,7 @@ class Emitter:
         em = Emission(engine, txn, codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
         self.queue.append(em)
         self._to_end.append(em)
-        self._sent(em)
+        self._unsettled.append(em)
         key = txn.xid.encode()
         failed = self._failed
         self.sink.send_transaction(key, transaction_bytes("BEGIN", txn, self.ordering), failed)
@@ -145,9 +145,6 @@ class Emitter:
         em.all_sent = True
         self.advance()
 
-    def _sent(self, em: Emission) -> None:
-        self._unsettled.append(em)
-
     def _check(self, err: object | None) -> None:
         if err is not None:
             self.errors.append(str(err))
@@ -187,7 +184,7 @@ class Emitter:
                 break  # later ENDs wait, so END order follows commit order
             to_end.popleft()
             em.end_sent = True
-            self._sent(em)
+            self._unsettled.append(em)
             ended = True
             end = transaction_bytes("END", em.txn, self.ordering, em.produced, em.tables)
             self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
