@@ -18,6 +18,7 @@ cdef class ChangeStream:
     cdef object _table
     cdef public Py_ssize_t sent         # changes send_all handed to send
     cdef public object last_seq         # seq of the last of them (set by the caller before)
+    cdef object _counted                # the table ("" for none) of the last change numbered
 
     def __init__(self, ChangeWriter writer not None, Py_ssize_t produced, dict tables not None):
         self.writer, self.produced, self.tables = writer, produced, tables
@@ -38,27 +39,31 @@ cdef class ChangeStream:
         held = PyDict_GetItem(self.tables, t)
         count = 1 if held == NULL else <int64_t>(<object>held) + 1
         PyDict_SetItem(self.tables, t, PyLong_FromLongLong(count))
+        self._counted = t
         self.produced += 1
         total_order[0] = self.produced
         collection_order[0] = count
         return 0
 
     def send_all(self, pairs, send, failed, tombstone_after):
-        """next() and send(kafka_key, value, failed) for each (key, raw) of pairs, in order, plus a
-        tombstone (value None) after each change whose op is tombstone_after (None: no tombstones;
-        the emitter passes DELETE when asked for them): the emitter's per-change loop
-        in C. sent and last_seq follow each change handed to send, also when send raises; a change
-        numbered but not sent is taken back from the numbering, so the emit cursor never covers it."""
+        """The emitter's per-change loop, in C: next() and send(kafka_key, value, failed) for each
+        (key, raw) of pairs, in order, and a tombstone (value None) after each change whose op is
+        tombstone_after (None: no tombstones). sent and last_seq follow each change handed to send.
+        When next or send raises, a change numbered but not sent is taken back from the numbering,
+        so the emit cursor never covers it."""
         cdef object out
+        cdef Py_ssize_t numbered
         for _, raw in pairs:
-            out = self.next(raw)
-            if out is None:
-                continue
+            numbered = self.produced
             try:
+                out = self.next(raw)
+                if out is None:
+                    continue
                 send((<tuple>out)[0], (<tuple>out)[1], failed)
             except BaseException:
-                self.produced -= 1
-                self.tables[(<tuple>out)[3]] -= 1
+                if self.produced > numbered:
+                    self.produced -= 1
+                    self.tables[self._counted] -= 1
                 raise
             self.sent += 1
             self.last_seq = (<tuple>out)[2]

@@ -18,18 +18,21 @@ class PyChangeStream:
         self.writer, self.produced, self.tables, self._view = writer, produced, tables, view
         self.sent: int = 0
         self.last_seq: int | None = None  # set by the caller before send_all
+        self._counted = ""  # the table of the last change numbered
 
     def send_all(self, pairs: Any, send: Callable[..., None], failed: Any, tombstone_after: str | None) -> None:
         for _, raw in pairs:
-            out = self.next(raw)
-            if out is None:
-                continue
-            kafka_key, value, seq, table, op = out
+            numbered = self.produced
             try:
+                out = self.next(raw)
+                if out is None:
+                    continue
+                kafka_key, value, seq, _table, op = out
                 send(kafka_key, value, failed)
             except BaseException:
-                self.produced -= 1  # numbered, not sent: the emit cursor must never cover it
-                self.tables[table] -= 1
+                if self.produced > numbered:  # numbered, not sent: the emit cursor must never cover it
+                    self.produced -= 1
+                    self.tables[self._counted] -= 1
                 raise
             self.sent += 1
             self.last_seq = seq
@@ -40,6 +43,7 @@ class PyChangeStream:
         t = table or ""
         count = self.tables.get(t, 0) + 1
         self.tables[t] = count
+        self._counted = t
         self.produced += 1
         return self.produced, count
 
