@@ -70,9 +70,7 @@ def _merge_fragments(store: Store, txn: Txn, change: Change) -> None:
 
 def change_writer(txn: Txn) -> codec.ChangeEncoder:
     """Encodes the ChangeEvents of one committed transaction; its constant fields are encoded once."""
-    commit = txn.commit
-    if commit is None:  # require_commit, inline: once per transaction released
-        raise ValueError(f"transaction {txn.xid!r} has no commit")
+    commit = txn.require_commit()
     return codec.ChangeWriter(txn.xid, commit.scn, commit.ts_ms, commit.thread, txn.user)
 
 
@@ -117,9 +115,7 @@ def change_event_bytes(
 def _transaction_fields(
     status: str, txn: Txn, ordering: str, event_count: int | None, tables: dict[str, int] | None
 ) -> tuple[Any, ...]:
-    commit = txn.commit
-    if commit is None:  # require_commit, inline: twice per transaction released
-        raise ValueError(f"transaction {txn.xid!r} has no commit")
+    commit = txn.require_commit()
     if status == "END":
         return (status, txn.xid, commit.scn, commit.ts_ms, commit.thread, event_count, tables or {},
                 txn.partition, commit.offset, ordering)  # fmt: skip

@@ -363,8 +363,7 @@ class PartitionEngine:
                 self.batch.delete(pointer)
 
     def _commit(self, txn: Txn, offset: int, scn: int, ts_ms: int, thread: int) -> list[Action]:
-        if scn > self.watermark:  # _advance_watermark, inline: every transaction commits
-            self.watermark = scn
+        self._advance_watermark(scn)
         txn.commit = Commit(scn, ts_ms, thread, offset)
         del self.open[txn.xid]
         if txn.filtered:
