@@ -3,6 +3,9 @@
 The engine never touches Kafka, disk or clocks; it returns these and the runtime turns them into
 I/O. A transaction's end is an action too (Finished), so the runtime learns every outcome from
 return values, never from state it has to poll.
+
+They are plain slotted dataclasses, not frozen ones: a frozen dataclass's __init__ sets each field
+through object.__setattr__ (~370 ns against ~100 here), and two are built per transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from processor.core.txn import COMMITTED, Txn
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeadLetter:
     """Send this raw record to the DLQ with the reason; the input never stops on it."""
 
@@ -23,14 +26,14 @@ class DeadLetter:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Committed:
     """This transaction committed: release its changes (BEGIN, changes, END) to the outputs."""
 
     txn: Txn
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finished:
     """This transaction is done and entered the completed-transaction index.
 
