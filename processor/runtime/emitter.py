@@ -45,27 +45,16 @@ class Emission:
         self.all_sent = self.end_sent = self.end_acked = False
         self.changes_settled = True  # every change sent so far is acknowledged
 
-    @property
-    def produced(self) -> int:
-        """total_order of the last change sent."""
-        produced: int = self.stream.produced
-        return produced
-
-    @property
-    def tables(self) -> dict[str, int]:
-        """Changes sent per table (from the start of the transaction)."""
-        tables: dict[str, int] = self.stream.tables
-        return tables
-
     def settle(self) -> None:
         """Every output of this emission sent so far is acknowledged: move the emit cursor."""
         txn = self.txn
         if not self.changes_settled:
             self.changes_settled = True
-            if self.stream.produced != txn.acked_count:
+            stream = self.stream
+            if stream.produced != txn.acked_count:
                 txn.acked_seq = self.last_seq
-                txn.acked_count = self.stream.produced
-                txn.acked_tables = dict(self.stream.tables)
+                txn.acked_count = stream.produced
+                txn.acked_tables = dict(stream.tables)
                 self.engine.cursor_moved(txn)
         if self.end_sent:
             self.end_acked = True
@@ -143,7 +132,11 @@ class Emitter:
                 em.changes_settled = False
             self.changes_emitted += sent
         em.all_sent = True
-        self.advance()
+        # An END may go at once under exactly_once, or to a sink that writes synchronously. Otherwise
+        # the changes just sent are unacknowledged until a settlement, which only advance() makes:
+        # the batch's advance (processor.kafka.delivery) sends the ENDs.
+        if not self.end_waits_for_acks or self._settled is _always_settled:
+            self.advance()
 
     def _check(self, err: object | None) -> None:
         if err is not None:
@@ -186,7 +179,7 @@ class Emitter:
             em.end_sent = True
             self._unsettled.append(em)
             ended = True
-            end = transaction_bytes("END", em.txn, self.ordering, em.produced, em.tables)
+            end = transaction_bytes("END", em.txn, self.ordering, em.stream.produced, em.stream.tables)
             self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
             self.raise_failures()

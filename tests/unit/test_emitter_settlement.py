@@ -79,6 +79,60 @@ def test_nothing_counts_as_acknowledged_before_a_settlement_covers_it():
     assert emitter.advance() == 1 and "a" not in engine.pending and not emitter.queue
 
 
+class CountingSettledSink(QueueSink):
+    """Delivers at once; counts how often the emitter asks whether it is settled."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked = 0
+
+    def send_change(self, key, value, on_ack):
+        self.sent.append("change")
+
+    def send_transaction(self, key, value, on_ack):
+        self.sent.append(ev.decode_transaction(value)["status"])
+
+    def settled(self):
+        self.asked += 1
+        return True
+
+
+def test_a_release_leaves_settling_and_end_to_the_batch_under_at_least_once():
+    """A release does not ask the sink whether it is settled (one call per transaction, nearly always
+    "no" right after its changes were produced); the batch's advance settles and sends the ENDs."""
+    sink, engine = CountingSettledSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    txn = commit(engine, "a", 2)
+    emitter.release(engine, txn)
+    assert sink.sent == ["BEGIN", "change", "change"] and sink.asked == 0
+    assert cursor(txn) == (-1, 0, {})
+    assert emitter.advance() == 1  # settled: cursor, END, END settled, finished
+    assert sink.sent[-1] == "END" and cursor(txn) == (2, 2, {"s.t": 2}) and "a" not in engine.pending
+
+
+def test_a_release_sends_end_at_once_under_exactly_once_and_to_a_synchronous_sink():
+    sink, engine = CountingSettledSink(), PartitionEngine(0, MemoryStore())
+    emitter = Emitter(sink)
+    emitter.end_waits_for_acks = False  # exactly_once (delivery.ExactlyOnce)
+    emitter.release(engine, commit(engine, "a", 2))
+    assert sink.sent == ["BEGIN", "change", "change", "END"]
+
+    class Synchronous:  # no settled(): what it took is acknowledged
+        def __init__(self):
+            self.sent: list[str] = []
+
+        def send_change(self, key, value, on_ack):
+            self.sent.append("change")
+
+        def send_transaction(self, key, value, on_ack):
+            self.sent.append(ev.decode_transaction(value)["status"])
+
+    engine = PartitionEngine(0, MemoryStore())
+    emitter = Emitter(Synchronous())
+    emitter.release(engine, commit(engine, "b", 1))
+    assert emitter.sink.sent == ["BEGIN", "change", "END"] and "b" not in engine.pending and not emitter.queue
+
+
 def test_a_settlement_covers_what_was_sent_before_it_and_not_what_follows():
     sink, engine = QueueSink(), PartitionEngine(0, MemoryStore())
     emitter = Emitter(sink)

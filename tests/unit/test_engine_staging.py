@@ -59,6 +59,7 @@ def test_a_transaction_that_ends_in_its_batch_never_reaches_the_store(store, fee
     assert txn.events == 4
     emitter.release(engine, txn)
     assert [c["source"]["seq"] for c in emitter.sink.change_events()] == [1, 2, 3]
+    emitter.advance()  # the batch's settlement, before its checkpoint (delivery.end_batch)
     engine.checkpoint()
     assert stored_events(store, txn.prefix) == []  # finished in the batch (MemorySink acknowledges at once)
     assert engine.completed["x"][1] == "committed"
