@@ -54,11 +54,13 @@ class PartitionEngine:
         self.partition = partition
         self.store = store
         self.filters = filters
+        self._identity_filtered = filters.filters_identity()  # else no transaction is ever filtered by it
         self.min_completed = min_completed
         self.open: dict[str, Txn] = {}
         self.pending: OrderedDict[str, Txn] = OrderedDict()  # committed, outputs not yet acknowledged
         self.completed: dict[str, tuple[int, str]] = {}
-        self.fifo: deque[tuple[int, str]] = deque()
+        # (offset, xid, FIFO key) in completion order; the key is kept for its delete at pruning.
+        self.fifo: deque[tuple[int, str, bytes]] = deque()
         self.next_offset = 0
         self.watermark = -1
         self.last_ts_ms = 0
@@ -199,7 +201,9 @@ class PartitionEngine:
     # a BEGIN of a new transaction and a COMMIT of an open one.
 
     def _open(self, xid: str, offset: int, ts_ms: int) -> Txn:
-        txn = Txn(self.partition, xid, offset, first_ts_ms=ts_ms)
+        # Positional (partition, xid, first_offset, prefix, first_ts_ms), the prefix made here: one
+        # is built per transaction, and keywords and __post_init__ made it twice as expensive.
+        txn = Txn(self.partition, xid, offset, keys.txn_prefix(self.partition, xid), ts_ms)
         txn.staged = {}
         self._staging.append(txn)
         self.open[xid] = txn
@@ -209,7 +213,7 @@ class PartitionEngine:
     def _identify(self, txn: Txn, user: str | None, client: str | None) -> None:
         txn.identity_seen = True
         txn.user, txn.client = user, client
-        if self.filters.identity_excluded(txn.user, txn.client):
+        if self._identity_filtered and self.filters.identity_excluded(txn.user, txn.client):
             txn.filtered = True
             self._drop_all(txn)
         self._dirty.add(txn.xid)
@@ -511,8 +515,9 @@ class PartitionEngine:
 
     def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
         self.completed[xid] = (offset, outcome)
-        self.fifo.append((offset, xid))
-        self.batch.put(keys.fifo_key(self.partition, offset, xid), outcome.encode())
+        fifo_key = keys.fifo_key(self.partition, offset, xid)
+        self.fifo.append((offset, xid, fifo_key))
+        self.batch.put(fifo_key, outcome.encode())
         self._dirty.add(xid)
         return Finished(self.partition, xid, offset, outcome)
 
@@ -595,10 +600,10 @@ class PartitionEngine:
     def _prune_completed(self) -> None:
         low = self.low_watermark()
         while len(self.fifo) > self.min_completed and self.fifo[0][0] < low:
-            offset, xid = self.fifo.popleft()
+            offset, xid, fifo_key = self.fifo.popleft()
             if self.completed.get(xid, (None,))[0] == offset:
                 del self.completed[xid]
-            self.batch.delete(keys.fifo_key(self.partition, offset, xid))
+            self.batch.delete(fifo_key)
 
     @classmethod
     def restore(
@@ -634,7 +639,7 @@ class PartitionEngine:
             eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._meta_stored}
         for fkey, outcome in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
             offset, xid = keys.fifo_decode(fkey)
-            eng.fifo.append((offset, xid))
+            eng.fifo.append((offset, xid, fkey))
             eng.completed[xid] = (offset, outcome.decode())  # in completion order: the newest entry wins
         return eng
 

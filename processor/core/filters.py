@@ -28,6 +28,10 @@ class Filters:
             return False
         return table in self.exclude_tables or bool(self.include_tables and table not in self.include_tables)
 
+    def filters_identity(self) -> bool:
+        """Whether any user or client rule is set (identity_excluded is then always False)."""
+        return bool(self.include_users or self.exclude_users or self.include_clients or self.exclude_clients)
+
     def identity_excluded(self, user: str | None, client: str | None) -> bool:
         if user is not None and (user in self.exclude_users or (self.include_users and user not in self.include_users)):
             return True
