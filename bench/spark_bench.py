@@ -12,7 +12,7 @@ The result also says where the time went: per batch the inspect, change-log and 
 seconds and Spark jobs (`writes`), per state table Delta's own MERGE metrics from its history
 (execution, scan and rewrite ms, files added and removed) and its file count (`merges`), and
 whether every record was read (`source_records` = Kafka log ends, `distinct_events`, the change
-log's rows).
+log's rows). Each run also reports the JVM's peak resident memory (`jvm_peak_rss_mb`).
 
 A streaming stage runs for days: its throughput is the steady rate of a warm JVM. With
 `--warmup-changes N` (`bench_spark(warmup_changes=N)`) the bench first produces N changes and runs
@@ -281,6 +281,9 @@ class BenchRun:
             "batch_jit_us_per_change": sampler.per_batch(durations, jit=True),
             # The run's JVM CPU by thread group (s): executor tasks, JIT compilers, GC, the rest.
             "jvm_thread_cpu_s": sampler.by_group(),
+            # The JVM's peak resident memory so far (VmHWM: heap, metaspace, code cache, RocksDB,
+            # Parquet buffers): what a larger batch or fold costs in memory.
+            "jvm_peak_rss_mb": jvm_peak_rss_mb(self.spark),
             "writes": summary.get("writes"),
             "kafka_path": "native" if summary["native"] else "python",
             "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -343,6 +346,19 @@ def jvm_cpu_seconds(spark) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def jvm_peak_rss_mb(spark) -> int | None:
+    """The Spark JVM's peak resident set so far (VmHWM of /proc/<pid>/status), in MiB."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024  # kB
+    except OSError:
+        pass
+    return None
 
 
 class JvmCpuSampler:

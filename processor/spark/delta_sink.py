@@ -32,7 +32,9 @@ import json
 import queue
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -67,6 +69,9 @@ TABLE_WIDE = "*"  # tombstone key of a truncate
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+# IN lists longer than this become an InSet (Spark's default 10); 0 for a fold's reads (batch_sets).
+INSET_THRESHOLD = "spark.sql.optimizer.inSetConversionThreshold"
+MAX_FOLD_SET = 256  # folds of more batches filter by their range
 BATCH_COLUMN = "_txb_batch"  # the change log's micro-batch id, written when the state is folded (fold_every > 1)
 # What a fold reads back from the change log: what the MERGEs and inspect() use.
 FOLD_COLUMNS = ("table", "op", "key", "after", "event_id", "seq", "commit_scn", "commit_ts_ms")
@@ -91,6 +96,20 @@ def release(df: Any) -> None:
     logical = df._jdf.queryExecution().logical()
     if logical.nodeName() == "LogicalRDD":
         logical.rdd().unpersist(False)
+
+
+@contextmanager
+def batch_sets(spark: Any) -> Iterator[None]:
+    """Within: an IN list of any length becomes an InSet (DeltaSinks.fold_source)."""
+    previous = spark.conf.get(INSET_THRESHOLD, None)
+    spark.conf.set(INSET_THRESHOLD, "0")
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(INSET_THRESHOLD)
+        else:
+            spark.conf.set(INSET_THRESHOLD, previous)
 
 
 def _newer(s: str, t: str) -> str:
@@ -216,12 +235,7 @@ class DeltaSinks:
         last = self.last_folded(spark)
         if last >= upto:
             return {}
-        src = (
-            spark.read.format("delta")
-            .load(self.changelog)
-            .where((F.col(BATCH_COLUMN) > last) & (F.col(BATCH_COLUMN) <= upto))
-            .select(*FOLD_COLUMNS)
-        )
+        src = self.fold_source(spark, last, upto)
         # Not cached: each table's MERGE source reads only its own partition of the change log (the
         # filter on `table` prunes the partitions, the one on the batch id skips the files of other
         # batches), so the fold decodes its changes once in all. A cache of every table's changes
@@ -229,7 +243,8 @@ class DeltaSinks:
         # twice the CPU (docs/lakehouse.md, session 27). The plan holds no from_avro, so the
         # concurrent MERGEs may analyse it at once.
         started = time.monotonic()
-        shape = self.inspect(src)
+        with batch_sets(spark):  # the pool's clones have it from _clones()
+            shape = self.inspect(src)
         inspected = time.monotonic()
         tables = self.merge_state(src, shape, upto) if shape.rows else []
         merged = time.monotonic()
@@ -242,6 +257,23 @@ class DeltaSinks:
             "state_s": round(merged - inspected, 2),
             **(self.last_timings if shape.rows else {}),
         }
+
+    def fold_source(self, spark: Any, last: int, upto: int) -> Any:
+        """The change log's rows of the batches after `last` up to `upto` (FOLD_COLUMNS).
+
+        The batch ids as a set, not as a range: Spark writes a long literal into the generated code
+        of each stage that filters on it (`_txb_batch > 3L`), so each fold compiled the scans of its
+        inspect and its ten sources anew (Janino, then the JIT from the interpreter up). An InSet
+        of longs refers to its values instead, so the code, and the classes compiled for it, are
+        the same fold after fold; in a session with `batch_sets` the optimizer makes one of the
+        list however short it is. Delta's file skipping still reads only these batches' files
+        (tests/integration/test_spark_levers.py)."""
+        batches = (
+            F.col(BATCH_COLUMN).isin(*range(last + 1, upto + 1))
+            if upto - last <= MAX_FOLD_SET
+            else (F.col(BATCH_COLUMN) > last) & (F.col(BATCH_COLUMN) <= upto)  # a first fold of a long history
+        )
+        return spark.read.format("delta").load(self.changelog).where(batches).select(*FOLD_COLUMNS)
 
     def record_fold(self, spark: Any, first: int, upto: int, rows: int) -> None:
         """Append (upto, first, rows) to _folds: the batches up to `upto` are in the current state."""
@@ -406,7 +438,9 @@ class DeltaSinks:
         if self._sessions is None or not self._sessions[0].equals(spark._jsparkSession):
             clones: queue.SimpleQueue = queue.SimpleQueue()
             for _ in range(self.merge_threads):
-                clones.put(SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession()))
+                clone = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())
+                clone.conf.set(INSET_THRESHOLD, "0")  # a fold's batch ids as an InSet (fold())
+                clones.put(clone)
             self._sessions = (spark._jsparkSession, clones)
         return self._sessions[1]
 

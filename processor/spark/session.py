@@ -1,7 +1,8 @@
 """The SparkSession of the Spark stage: the launcher's settings, plus the connector jars and Delta.
 
 Master, shuffle partitions, UI, memory: none of them is set here (one JVM default, the driver's
-garbage collector, applies only when the launcher chose none: default_java_options). They come from whoever launches
+garbage collector, applies only when the launcher chose none: default_java_options; so does one
+static SQL conf, the size of the generated-code cache: default_static_confs). They come from whoever launches
 the job: spark-submit flags, PYSPARK_SUBMIT_ARGS, $SPARK_CONF_DIR/spark-defaults.conf, the MASTER
 environment variable, or `txbuffer spark --conf key=value` (passed in as `conf`). Without any of
 them Spark's own default applies (spark-submit's local[*]).
@@ -48,6 +49,14 @@ DRIVER_JAVA_DEFAULTS = "-XX:+UseParallelGC"
 DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 _JAVA_OPTION_KEYS = (DEFAULT_JAVA_OPTIONS, "spark.driver.extraJavaOptions")
 _GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+# Spark's cache of compiled generated classes (static: before the JVM's first query). Its default,
+# 100, is fewer than one fold's classes (ten tables' sources and MERGEs, inspect), so each fold
+# evicted the last one's and Janino and then the JIT compiled the same code again
+# (docs/lakehouse.md, sessions 28 and 29). A class is a few kB to ~100 kB of metaspace.
+CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
+STATIC_DEFAULTS = {CODEGEN_CACHE: "2000"}
 
 
 def _spark_defaults_file(environ: dict[str, str]) -> Path | None:
@@ -109,6 +118,23 @@ def default_java_options(
     return {DEFAULT_JAVA_OPTIONS: DRIVER_JAVA_DEFAULTS}
 
 
+def default_static_confs(
+    conf: dict[str, str] | None, environ: dict[str, str] | None = None, jvm_running: bool | None = None
+) -> dict[str, str]:
+    """STATIC_DEFAULTS that apply: the static confs the launcher has not set itself (in `conf`,
+    PYSPARK_SUBMIT_ARGS or spark-defaults.conf); {} when a JVM already runs (a static conf no longer
+    changes then)."""
+    env = dict(os.environ if environ is None else environ)
+    if _jvm_running(env) if jvm_running is None else jvm_running:
+        return {}
+    chosen = set(conf or {})
+    submit_args = env.get("PYSPARK_SUBMIT_ARGS", "")
+    defaults = _spark_defaults_file(env)
+    lines = defaults.read_text().splitlines() if defaults is not None else []
+    chosen |= {line.split(None, 1)[0] for line in lines if line.strip() and not line.strip().startswith("#")}
+    return {k: v for k, v in STATIC_DEFAULTS.items() if k not in chosen and k not in submit_args}
+
+
 def _artifact(jar_name: str) -> str:
     m = _VERSIONED_JAR.match(jar_name)
     return m.group("artifact") if m else jar_name
@@ -154,7 +180,7 @@ def spark_session(app: str = "txbuffer-spark", conf: dict[str, str] | None = Non
     if master := os.environ.get("MASTER"):
         builder = builder.master(master)  # pyspark's launcher ignores MASTER; spark-submit honours it
     # Before the launcher's confs: a JVM default, set only where the launcher chose nothing.
-    for key, value in default_java_options(conf).items():
+    for key, value in {**default_java_options(conf), **default_static_confs(conf)}.items():
         builder = builder.config(key, value)
     jars = connector_jars() if connectors else []
     if jars:

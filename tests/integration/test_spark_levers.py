@@ -3,9 +3,12 @@ tables carry deletion vectors reads back without the rows those vectors delete."
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from processor.spark.delta_sink import DeltaSinks
+import pytest
+from pyspark.sql import functions as F
+
+from processor.spark.delta_sink import ROW_OPS, DeltaSinks
 from processor.spark.readback import read_changelog, read_state, row_counts, state_tables
 from processor.testing.lake_checks import compare_state
 
@@ -159,6 +162,33 @@ def test_a_fold_reads_only_the_change_log_files_of_its_batches(spark, tmp_path):
     assert compare_state(out, reference([ev for b in batches for ev in b])) == {}
 
 
+def test_consecutive_folds_read_the_change_log_through_the_same_generated_code(spark, tmp_path):
+    """A fold names its batches by a set that the generated code refers to, not by literals
+    written into it: the second fold's read of the change log runs on the classes compiled for
+    the first (Spark's cache of generated code), where a range filter put each fold's bounds into
+    new classes that Janino and then the JIT compiled again. (Planning is left out of the count:
+    Delta's file skipping compiles its own small query over the log's file statistics, with the
+    bounds, per fold.) Each read still returns its own batches only."""
+    from processor.spark.delta_sink import batch_sets
+
+    batches = fold_workload(seed=43)
+    out = tmp_path / "out"
+    sinks = DeltaSinks(out.as_uri(), "fold-code", merge_threads=4, fold_every=100)  # appends only
+    for i, batch in enumerate(batches):
+        sinks(avro_frame(spark, batch), i)
+    compiled = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    counts = []
+    for last, upto in ((-1, 1), (1, 3)):
+        with batch_sets(spark):
+            read = sinks.fold_source(spark, last, upto).where(F.col("op").isin(*ROW_OPS))
+            read._jdf.queryExecution().executedPlan()  # planned: the file skipping has run
+            before = compiled.getCount()
+            ids = sorted(r["event_id"] for r in read.collect())
+        counts.append(compiled.getCount() - before)
+        assert ids == sorted(ev["event_id"] for b in batches[last + 1 : upto + 1] for ev in b)
+    assert counts[0] > 0 and counts[1] == 0, counts
+
+
 def test_run_job_folds_every_three_batches_and_at_the_end(spark, broker, changes_topic, tmp_path):
     """Through Kafka, with redeliveries: the state MERGEd every three micro-batches, and what the
     last fold left is folded before run_job returns."""
@@ -245,3 +275,13 @@ def test_a_launcher_collector_wins_over_the_default(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"gc": ["Copy", "MarkSweepCompact"], "default": None}
+
+
+def test_the_generated_code_cache_of_the_session_holds_a_folds_classes(spark):
+    """The static default reaches the JVM: the SQL conf Spark's CodeGenerator sizes its cache by."""
+    from processor.spark.session import CODEGEN_CACHE
+
+    if CODEGEN_CACHE in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        pytest.skip("this environment sizes the cache itself")
+    assert spark.sparkContext.getConf().get(CODEGEN_CACHE) == "2000"
+    assert spark.conf.get(CODEGEN_CACHE) == "2000"

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from processor.spark.session import DEFAULT_JAVA_OPTIONS, DRIVER_JAVA_DEFAULTS, default_java_options
+from processor.spark.session import (
+    CODEGEN_CACHE,
+    DEFAULT_JAVA_OPTIONS,
+    DRIVER_JAVA_DEFAULTS,
+    default_java_options,
+    default_static_confs,
+)
 
 PARALLEL = {DEFAULT_JAVA_OPTIONS: DRIVER_JAVA_DEFAULTS}
 
@@ -60,3 +66,32 @@ def test_spark_defaults_conf_wins(tmp_path):
 def test_a_running_jvm_gets_nothing():
     assert options(jvm_running=True) == {}
     assert default_java_options(None, {"PYSPARK_GATEWAY_PORT": "4242", "SPARK_CONF_DIR": "/nonexistent"}) == {}
+
+
+# ---- static SQL defaults (default_static_confs) ------------------------------------------------
+
+
+def static(conf=None, jvm_running=False, **environ):
+    environ.setdefault("SPARK_CONF_DIR", "/nonexistent-txbuffer-conf")
+    return default_static_confs(conf, environ, jvm_running=jvm_running)
+
+
+def test_the_generated_code_cache_holds_a_folds_classes():
+    # Spark's default (100) is fewer classes than one fold compiles: each fold evicted the last one's.
+    assert static() == {CODEGEN_CACHE: "2000"}
+    assert int(static()[CODEGEN_CACHE]) > 100
+
+
+def test_the_launchers_cache_size_wins(tmp_path):
+    assert static({CODEGEN_CACHE: "50"}) == {}
+    assert static(PYSPARK_SUBMIT_ARGS=f"--conf {CODEGEN_CACHE}=50 pyspark-shell") == {}
+    conf_file = tmp_path / "spark-defaults.conf"
+    conf_file.write_text(f"{CODEGEN_CACHE}  50\n")
+    assert static(SPARK_CONF_DIR=str(tmp_path)) == {}
+    conf_file.write_text(f"# {CODEGEN_CACHE} 50\nspark.master local[2]\n")
+    assert static(SPARK_CONF_DIR=str(tmp_path)) == {CODEGEN_CACHE: "2000"}
+
+
+def test_a_running_jvm_gets_no_static_default():
+    assert static(jvm_running=True) == {}
+    assert static(PYSPARK_GATEWAY_PORT="12345", jvm_running=None) == {}
