@@ -45,21 +45,28 @@ cdef class ChangeStream:
         collection_order[0] = count
         return 0
 
-    def send_all(self, pairs, send, failed, tombstone_after):
+    def send_all(self, pairs, send, failed, tombstone_after, direct=None):
         """The emitter's per-change loop, in C: next() and send(kafka_key, value, failed) for each
         (key, raw) of pairs, in order, and a tombstone (value None) after each change whose op is
-        tombstone_after (None: no tombstones). sent and last_seq follow each change handed to send.
+        tombstone_after (None: no tombstones). sent and last_seq follow each change handed over.
         When next or send raises, a change numbered but not sent is taken back from the numbering,
-        so the emit cursor never covers it."""
-        cdef object out
+        so the emit cursor never covers it.
+
+        direct, when the sink offers one (Sink.direct_change_sender): (call, a, b), and a change is
+        handed over as call(value, kafka_key, a, b), a C call with no Python frame; when that call
+        raises, the change goes through send, the sink's own path (it waits for room, handles an
+        oversized record, or raises the error itself)."""
+        cdef object out, call = None, a = None, b = None
         cdef Py_ssize_t numbered
+        if direct is not None:
+            call, a, b = direct
         for _, raw in pairs:
             numbered = self.produced
             try:
                 out = self.next(raw)
                 if out is None:
                     continue
-                send((<tuple>out)[0], (<tuple>out)[1], failed)
+                _hand_over(call, a, b, send, failed, (<tuple>out)[0], (<tuple>out)[1])
             except BaseException:
                 if self.produced > numbered:
                     self.produced -= 1
@@ -68,7 +75,7 @@ cdef class ChangeStream:
             self.sent += 1
             self.last_seq = (<tuple>out)[2]
             if tombstone_after is not None and (<tuple>out)[4] == tombstone_after:
-                send((<tuple>out)[0], None, failed)
+                _hand_over(call, a, b, send, failed, (<tuple>out)[0], None)
 
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment
@@ -145,6 +152,20 @@ cdef class ChangeStream:
                                        f.row_id_n, raw, body_at, total_order, collection_order)
         op = (<Node>root.children[I_OP]).symbols[f.op]
         return (kafka_key, value, f.seq, t or "", op)
+
+
+cdef inline int _hand_over(object call, object a, object b, object send, object failed, object key,
+                           object value) except -1:
+    """One output to the sink: by its direct call when it has one, else (or when that raises
+    an Exception) by send."""
+    if call is not None:
+        try:
+            call(value, key, a, b)
+            return 0
+        except Exception:
+            pass
+    send(key, value, failed)
+    return 0
 
 
 cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):

@@ -20,7 +20,14 @@ class PyChangeStream:
         self.last_seq: int | None = None  # set by the caller before send_all
         self._counted = ""  # the table of the last change numbered
 
-    def send_all(self, pairs: Any, send: Callable[..., None], failed: Any, tombstone_after: str | None) -> None:
+    def send_all(
+        self,
+        pairs: Any,
+        send: Callable[..., None],
+        failed: Any,
+        tombstone_after: str | None,
+        direct: tuple[Callable[..., Any], Any, Any] | None = None,
+    ) -> None:
         for _, raw in pairs:
             numbered = self.produced
             try:
@@ -28,7 +35,7 @@ class PyChangeStream:
                 if out is None:
                     continue
                 kafka_key, value, seq, _table, op = out
-                send(kafka_key, value, failed)
+                _hand_over(direct, send, failed, kafka_key, value)
             except BaseException:
                 if self.produced > numbered:  # numbered, not sent: the emit cursor must never cover it
                     self.produced -= 1
@@ -37,7 +44,7 @@ class PyChangeStream:
             self.sent += 1
             self.last_seq = seq
             if op == tombstone_after:
-                send(kafka_key, None, failed)
+                _hand_over(direct, send, failed, kafka_key, None)
 
     def number(self, table: str | None) -> tuple[int, int]:
         t = table or ""
@@ -76,3 +83,18 @@ def partition_runs(records: list[Any]) -> tuple[dict[int, list[Any]], list[Any]]
         else:
             runs.setdefault(rec.partition(), []).append(rec)
     return runs, errors
+
+
+def _hand_over(
+    direct: tuple[Callable[..., Any], Any, Any] | None, send: Callable[..., None], failed: Any, key: bytes, value: Any
+) -> None:
+    """One output to the sink: by its direct call when it has one, else (or when that raises an
+    Exception) by send."""
+    if direct is not None:
+        call, a, b = direct
+        try:
+            call(value, key, a, b)
+            return
+        except Exception:
+            pass
+    send(key, value, failed)

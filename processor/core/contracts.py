@@ -22,3 +22,8 @@ class Sink(Protocol):
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None: ...
 
     def settled(self) -> bool: ...
+
+    # Optional: direct_change_sender(on_ack) -> (call, a, b) | None. The emitter's per-change loop
+    # (codec ChangeStream.send_all, in C) then hands a change over as call(value, key, a, b), a C
+    # callable with no Python frame (KafkaSink: the producer's produce), and uses send_change only
+    # when that call raises. Sinks without it get send_change for every change.

@@ -15,6 +15,7 @@ of the change, before the queue can be empty, so a settlement covers it too.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -81,6 +82,14 @@ class KafkaSink:
                 on_ack(err)
 
         self._change_report, self._transaction_report = change_report, transaction_report
+
+    def direct_change_sender(self, on_ack: AckCallback) -> tuple[Any, int, Any]:
+        """The emitter's frame-free path (contracts.Sink): call(value, key, -1, report) is the
+        producer's produce on the changes topic, as send_change's common case. Whatever it refuses (a
+        full queue, an oversized record) the emitter hands to send_change."""
+        if on_ack is not self._reports_for:
+            self._reports(on_ack)
+        return partial(self._produce, self.changes_topic), -1, self._change_report
 
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:
         if on_ack is not self._reports_for:

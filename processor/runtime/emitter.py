@@ -76,6 +76,9 @@ class Emitter:
         self._settled: Callable[[], bool] = getattr(sink, "settled", _always_settled)
         self.errors: list[str] = []
         self._failed = self._check  # the one failure callback every output carries (no object per output)
+        # The sink's frame-free path for changes, when it has one (contracts.Sink.direct_change_sender).
+        direct_sender = getattr(sink, "direct_change_sender", None)
+        self._direct = direct_sender(self._failed) if direct_sender is not None else None
         self.changes_emitted = 0
         self.transactions_emitted = 0
         self.settlements = 0
@@ -116,7 +119,7 @@ class Emitter:
                 stream.sent, stream.last_seq = 0, last_seq
                 try:
                     pairs = engine.buffered(txn, begin, keys.events_end(txn.prefix))
-                    stream.send_all(pairs, send, failed, ev.DELETE if tombstones else None)
+                    stream.send_all(pairs, send, failed, ev.DELETE if tombstones else None, self._direct)
                 finally:
                     sent, last_seq = stream.sent, stream.last_seq
         except BaseException:

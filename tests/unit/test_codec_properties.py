@@ -747,3 +747,65 @@ def test_send_all_equals_the_python_stream_and_never_counts_a_change_it_did_not_
     else:
         assert last_seq == -1
     assert all(failed == "failed" for *_, failed in calls)
+
+
+class _Direct:
+    """A sink's direct call (Sink.direct_change_sender): logs what it takes, refuses the calls whose
+    number is in `refuse` (as produce() with a full queue) by raising BufferError."""
+
+    def __init__(self, log: list, refuse: set[int]):
+        self.log, self.refuse, self.n = log, refuse, 0
+
+    def __call__(self, value, key, a, b):
+        assert (a, b) == (-1, "report")
+        n, self.n = self.n, self.n + 1
+        if n in self.refuse:
+            raise BufferError("queue full")
+        self.log.append((key, value, "direct"))
+
+
+@PROPS
+@given(
+    txn_parts,
+    st.lists(raw_records, min_size=1, max_size=6),
+    st.sampled_from([None, ev.DELETE]),
+    st.sets(st.integers(0, 7), max_size=4),
+    st.one_of(st.none(), st.integers(0, 3)),
+)
+def test_send_all_with_a_direct_call_hands_over_the_same_outputs_and_sends_only_what_it_refuses(
+    txn, records, tombstone_after, refuse, send_fails_at
+):
+    # With the sink's direct call, every output goes to it, and the ones it refuses to send, in order:
+    # together the same outputs as send alone. When send then raises too, nothing is counted that
+    # neither took. The compiled and the Python streams agree.
+    pairs = [(b"k%d" % i, ev.encode_raw(r)) for i, r in enumerate(records)]
+    reference = fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {})
+    alone = _Refuses(None)
+    reference.sent, reference.last_seq = 0, -1
+    reference.send_all(pairs, alone, "failed", tombstone_after)
+    expected = [(key, value) for key, value, _ in alone.calls]
+    results = []
+    for stream in (
+        fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}),
+        codec.PyChangeStream(codec.PyChangeWriter(**txn), 0, {}, view=codec._py_view),
+    ):
+        log: list = []
+        send = _Refuses(send_fails_at)
+        send.calls = log  # one log for both paths, in the order handed over
+        stream.sent, stream.last_seq = 0, -1
+        try:
+            stream.send_all(pairs, send, "failed", tombstone_after, (_Direct(log, refuse), -1, "report"))
+            raised = None
+        except BufferError as exc:
+            raised = str(exc)
+        results.append((list(log), raised, stream.sent, stream.last_seq, stream.produced, dict(stream.tables)))
+    assert results[0] == results[1]
+    log, raised, sent, _last_seq, produced, tables = results[0]
+    assert [(key, value) for key, value, _ in log] == expected[: len(log)]
+    assert [how for *_, how in log if how != "direct"] == ["failed"] * sum(1 for *_, how in log if how != "direct")
+    changes = [entry for entry in log if entry[1] is not None]
+    assert sent == produced == len(changes) == sum(tables.values())
+    if raised is None:
+        assert len(log) == len(expected) and (produced, tables) == (reference.produced, reference.tables)
+    else:
+        assert send_fails_at is not None and refuse  # only send raises, and only after a refusal
