@@ -58,12 +58,18 @@ cdef class ChangeStream:
         oversized record, or raises the error itself)."""
         cdef object out, call = None, a = None, b = None
         cdef Py_ssize_t numbered
+        if self.writer is None or self.tables is None:
+            raise RuntimeError("ChangeStream.__init__ was not called")
         if direct is not None:
             call, a, b = direct
         for _, raw in pairs:
             numbered = self.produced
             try:
-                out = self.next(raw)
+                out = NotImplemented
+                if self.writer._fast and type(raw) is bytes:  # next(), without a Python call per change
+                    out = self._next_in_place(raw)
+                if out is NotImplemented:
+                    out = self.next(raw)
                 if out is None:
                     continue
                 _hand_over(call, a, b, send, failed, (<tuple>out)[0], (<tuple>out)[1])

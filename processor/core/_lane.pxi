@@ -221,16 +221,22 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
     cdef bytes prefix, value
     cdef object key
     cdef char* out
-    if not LANE_READY:
+    if not LANE_READY or i >= n:
         return i
+    # The records' offset, key and value methods taken from their type once, not looked up on each
+    # record; a record of another type is left to the Python path.
+    record_type = type(records[i])
+    offset_of, key_of, value_of = record_type.offset, record_type.key, record_type.value
     try:
         while i < n:
             rec = records[i]
-            offset = rec.offset()
+            if type(rec) is not record_type:
+                break
+            offset = offset_of(rec)
             if offset < next_offset:
                 i += 1
                 continue  # applied already (re-delivered after a seek)
-            value = rec.value()
+            value = value_of(rec)
             if value is None:
                 break
             if not lane_scan(value, &f):
@@ -241,7 +247,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
                 break
             if kind == O_CHANGE and (f.undo or f.table == NULL or f.table_n == 0 or not f.has_key):
                 break
-            key = rec.key()
+            key = key_of(rec)
             if key is not None and type(key) is not bytes:
                 break
             if key is not None and (

@@ -675,6 +675,8 @@ def test_emission_helpers_made_without_init_raise_instead_of_crashing():
         stream.next(ev.encode_raw(BASE_RAW))
     with pytest.raises(RuntimeError):
         stream.number("t")
+    with pytest.raises(RuntimeError):
+        stream.send_all([(b"k", ev.encode_raw(BASE_RAW))], lambda *_: None, None, None)
 
 
 @PROPS
