@@ -75,6 +75,7 @@ class PartitionEngine:
         # the store knows.
         self._meta_stored: set[str] = set()
         self._pos_dirty = False
+        self._ahead = False  # the store holds the AHEAD mark (flush_data) until the next checkpoint
         self._staging: list[Txn] = []  # transactions whose writes may be staged (see "staging" below)
         self.stage_horizon = stage_horizon
         # After a restore: records below _replay_to are re-read only to rebuild the transactions that
@@ -554,9 +555,21 @@ class PartitionEngine:
     # ------------------------------------------------------------------ persistence
 
     def flush_data(self) -> None:
-        """Write pending data so reads see it. Safe at any time: replay from the persisted
-        position re-creates exactly these writes, so data landing early never misleads."""
+        """Write pending data so reads see it (an undo, a fragment or an emission reads the store).
+
+        The store then holds effects of records past its position. A restart cannot re-apply those
+        records over them: it skips the records of a transaction the store holds below replay_to
+        and applies the later ones to data that already went further. A delete landing early (a
+        transaction re-sent from its BEGIN, a partial rollback, an undo) removed what those later
+        records still read: an undo or a LOB fragment then found no row to act on, and was
+        dead-lettered (bench.chaos, a crash between this write and the checkpoint). So the write
+        carries the AHEAD mark: a marked store is rebuilt from the committed offsets, not restored
+        (runtime.partitions.restore_partition), and the next checkpoint, which writes the position,
+        clears the mark."""
         if len(self.batch):
+            if not self._ahead:
+                self.batch.put(keys.ahead_key(self.partition), b"")
+                self._ahead = True
             self.store.write(self.batch)
             self.batch = self.store.batch()
 
@@ -568,7 +581,7 @@ class PartitionEngine:
             # for every transaction it knows, so it stays where it is until the re-read is done.
             return
         resume = self._spill_due(spill_all)
-        if not (len(self.batch) or self._dirty or self._pos_dirty):
+        if not (len(self.batch) or self._dirty or self._pos_dirty or self._ahead):
             return  # an idle loop writes nothing
         stored = self._meta_stored
         for xid in self._dirty:
@@ -593,6 +606,9 @@ class PartitionEngine:
         if self.incomplete:
             pos["incomplete"] = self.incomplete
         self.batch.put(keys.pos_key(self.partition), json.dumps(pos).encode())
+        if self._ahead:  # the position now covers everything flushed before it
+            self.batch.delete(keys.ahead_key(self.partition))
+            self._ahead = False
         self._pos_dirty = False
         self.store.write(self.batch)
         self.batch = self.store.batch()
@@ -644,10 +660,16 @@ class PartitionEngine:
         return eng
 
     @staticmethod
+    def written_ahead(partition: int, store: Store) -> bool:
+        """The store holds data written past its position (flush_data) that no checkpoint covered:
+        it cannot be restored, only rebuilt."""
+        return store.get(keys.ahead_key(partition)) is not None
+
+    @staticmethod
     def wipe(partition: int, store: Store) -> None:
         """Forget everything of a partition (its state is rebuilt from the low watermark)."""
         batch = store.batch()
-        for kind in (keys.TXN, keys.META, keys.DONE, keys.FIFO, keys.POS):
+        for kind in (keys.TXN, keys.META, keys.DONE, keys.FIFO, keys.POS, keys.AHEAD):
             prefix = keys.partition_prefix(kind, partition)
             batch.delete_range(prefix, keys.upper_bound(prefix))
         store.write(batch)

@@ -14,6 +14,7 @@ Per-partition metadata lives under other prefixes, so it survives transaction ra
     FIFO p(4) offset(8) xid   -> outcome (the completed index, in completion order, for pruning)
     DONE p(4) xidlen(2) xid   -> (format 4 and older only; wiped with the rest when a partition is rebuilt)
     POS  p(4)                 -> partition position (applied offset, watermark, format version)
+    AHEAD p(4)                -> b"": data of records past the position was written (engine.flush_data)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ META = b"m"
 DONE = b"d"
 FIFO = b"f"
 POS = b"p"
+AHEAD = b"a"
 
 EVENT = b"\x00"
 ROW = b"\x01"
@@ -107,6 +109,10 @@ def fifo_decode(key: bytes) -> tuple[int, str]:
 
 def pos_key(partition: int) -> bytes:
     return POS + _part(partition)
+
+
+def ahead_key(partition: int) -> bytes:
+    return AHEAD + _part(partition)
 
 
 def upper_bound(prefix: bytes) -> bytes:

@@ -50,10 +50,12 @@ class Dispatcher:
         return n
 
     def release_committed(self) -> None:
-        """Release this batch's commits, in commit order, once their data is readable."""
+        """Release this batch's commits, in commit order, once their data is readable: a staged
+        transaction's is (in memory), a stored one's once its engine's pending writes are flushed.
+        A flush writes ahead of the checkpoint (PartitionEngine.flush_data), so only those flush."""
         if not self.committed:
             return
-        for engine in {id(e): e for e, _ in self.committed}.values():
+        for engine in {id(e): e for e, txn in self.committed if txn.staged is None}.values():
             engine.flush_data()
         for engine, txn in self.committed:
             self.release(engine, txn)

@@ -81,8 +81,14 @@ def restore_partition(
     `committed` is the group's committed offset (the low watermark) or None. With
     trust_local=False (exactly_once) the store is always rebuilt from the committed offset.
     """
+    ahead = trust_local and PartitionEngine.written_ahead(partition, store)
     local = PartitionEngine.restore(partition, store, filters, min_completed) if trust_local else None
-    if local is not None:
+    if ahead:
+        # The last run wrote data past its last checkpoint and stopped before the next one.
+        log.warning("partition.store_ahead", partition=partition, committed=committed)
+        PartitionEngine.wipe(partition, store)
+        source = "rebuild-ahead"
+    elif local is not None:
         if committed is None or committed <= local.next_offset:
             return Restored(local, local.next_offset, "local")
         # Another instance went further than this store knows: it is stale, not trusted.
