@@ -12,10 +12,11 @@ from hypothesis import event as note
 from hypothesis import strategies as st
 
 from processor.core import events as ev
-from processor.core.engine import Committed, DeadLetter, Filters, PartitionEngine
+from processor.core.engine import Committed, DeadLetter, Filters, Finished, PartitionEngine
 from processor.core.ordering import GlobalOrder
 from processor.core.partitioning import fan_out
 from processor.runtime.emitter import Emitter
+from processor.runtime.partitions import restore_partition
 from processor.store.memory import MemoryStore
 from processor.store.rocks import RocksStore
 from processor.testing.generator import WorkloadGenerator
@@ -275,12 +276,26 @@ def test_global_order_releases_in_commit_scn_order_across_partitions(seed, parti
 def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: int) -> MemorySink:
     """Feed (partition, offset, event) in poll batches as the runner does, and at the batch numbers in
     `crashes` lose every engine's memory: "before" the batch's checkpoint (its outputs were sent, the
-    store does not know) or "after" it. The engines restore from their stores and the feed is re-read
-    from the earliest offset one of them asks for; pending transactions go out first."""
+    store does not know) or "after" it. Each partition then comes back as the runner decides
+    (runtime.partitions.restore_partition): from its store, or, when the store is marked as written
+    past its checkpoint, rebuilt from the committed offset (the low watermark at the last checkpoint)
+    with the completed index of the transactions finished from there (their END or outcome records).
+    The feed is re-read from the earliest offset one of them asks for; pending transactions go out
+    first."""
     sink = MemorySink()
-    emitter = Emitter(sink)
     stores = {p: MemoryStore() for p, _, _ in feed}
     engines = {p: PartitionEngine(p, stores[p], stage_horizon=stage_horizon) for p in stores}
+    committed_offsets = {p: 0 for p in stores}
+    finished: list[tuple[int, str, int, str]] = []  # (partition, xid, offset, outcome) as the topics hold them
+
+    def new_emitter() -> Emitter:
+        emitter = Emitter(sink)
+        emitter.on_complete = lambda em: finished.append(
+            (em.engine.partition, em.txn.xid, em.txn.require_commit().offset, "committed")
+        )
+        return emitter
+
+    emitter = new_emitter()
     i = step = 0
     while i < len(feed):
         runs: dict[int, list] = {}
@@ -289,7 +304,11 @@ def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: i
         i += batch
         committed = []
         for p, run in runs.items():
-            committed += [(engines[p], a.txn) for a in engines[p].apply_records(run) if isinstance(a, Committed)]
+            for a in engines[p].apply_records(run):
+                if isinstance(a, Committed):
+                    committed.append((engines[p], a.txn))
+                elif isinstance(a, Finished) and a.needs_record:
+                    finished.append((p, a.xid, a.offset, a.outcome))
         for engine in engines.values():
             engine.flush_data()
         for engine, txn in committed:
@@ -298,15 +317,25 @@ def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: i
         crash = crashes.get(step)
         step += 1
         if crash != "before":
-            for engine in engines.values():
+            for p, engine in engines.items():
                 engine.checkpoint()
+                committed_offsets[p] = engine.low_watermark()
         if crash is None:
             continue
-        engines = {
-            p: PartitionEngine.restore(p, store, stage_horizon=stage_horizon) or PartitionEngine(p, store)
-            for p, store in stores.items()
-        }
-        emitter = Emitter(sink)
+        engines = {}
+        for p, store in stores.items():
+            restored = restore_partition(p, store, Filters(), 10_000, committed_offsets[p], 0)
+            engine = restored.engine
+            if restored.source == "local":  # a restore_partition engine has the default horizon
+                engine = PartitionEngine.restore(p, store, stage_horizon=stage_horizon)
+            else:
+                engine.stage_horizon = stage_horizon
+                for q, xid, offset, outcome in finished:
+                    if q == p and offset >= restored.start_offset:
+                        engine.mark_completed(xid, offset, outcome)
+            engine.next_offset = restored.start_offset
+            engines[p] = engine
+        emitter = new_emitter()
         for engine in engines.values():
             for txn in list(engine.pending.values()):
                 emitter.release(engine, txn)
