@@ -309,8 +309,8 @@ def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: i
                     committed.append((engines[p], a.txn))
                 elif isinstance(a, Finished) and a.needs_record:
                     finished.append((p, a.xid, a.offset, a.outcome))
-        for engine in engines.values():
-            engine.flush_data()
+        for engine in {id(e): e for e, txn in committed if txn.staged is None}.values():
+            engine.flush_data()  # as Dispatcher.release_committed: a stored transaction is read from the store
         for engine, txn in committed:
             emitter.release(engine, txn)
         emitter.advance()
