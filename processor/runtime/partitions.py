@@ -82,7 +82,7 @@ def restore_partition(
     trust_local=False (exactly_once) the store is always rebuilt from the committed offset.
     """
     ahead = trust_local and PartitionEngine.written_ahead(partition, store)
-    local = PartitionEngine.restore(partition, store, filters, min_completed) if trust_local else None
+    local = PartitionEngine.restore(partition, store, filters, min_completed) if trust_local and not ahead else None
     if ahead:
         # The last run wrote data past its last checkpoint and stopped before the next one.
         log.warning("partition.store_ahead", partition=partition, committed=committed)
