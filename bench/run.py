@@ -44,17 +44,20 @@ SIZES = {
         "cold": 1_000_000,
         "ordering": 200_000,
         "ord_lat_seconds": 6,
-        # 1M-change batches (maxOffsetsPerTrigger), trigger available-now, the current state folded
-        # from the change log every 4 batches (docs/lakehouse.md: the best measured). A streaming stage
-        # runs for days, so the rate is that of a warm JVM: a 2M-change warm-up (two batches and a
-        # fold: the JIT's first ~60 s of CPU) runs through the same query first, untimed, then 4M
-        # measured changes (four batches and one fold of 4M, as a long-running job repeats it). The
-        # row takes ~5-6 min here (producing 6M records ~2 min, the runs ~1 + ~1.5-2 min); a longer
-        # measured run would not change the steady rate, and a shorter one would not hold a whole fold.
+        # 2M-change batches (maxOffsetsPerTrigger), trigger available-now, the current state folded
+        # from the change log every 4 batches: one MERGE per table per 8M changes. A streaming stage
+        # runs for days, so the rate is that of a warm JVM: a 4M-change warm-up (two batches and a
+        # fold) runs through the same query first, untimed, then 8M measured changes (four batches
+        # and one fold, one whole cycle of what a long-running job repeats). Folding less often is
+        # the lever: a fold's cost grows with the keys it merges and its JIT is paid per fold, so 8M
+        # per fold costs 29-32 JVM CPU us/change here against 37-44 for 4M (docs/lakehouse.md,
+        # session 29; the generator's tables hold at most ~1M keys, so a larger fold merges
+        # proportionally fewer rows). The row takes ~10 min (producing 12M records ~4 min) and the
+        # JVM peaks at ~4.5 GB.
         "spark": {
-            "changes": 4_000_000,
-            "warmup_changes": 2_000_000,
-            "batch": 1_000_000,
+            "changes": 8_000_000,
+            "warmup_changes": 4_000_000,
+            "batch": 2_000_000,
             "trigger": "available-now",
             "fold_every": 4,
         },
