@@ -65,11 +65,7 @@ cdef class ChangeStream:
         for _, raw in pairs:
             numbered = self.produced
             try:
-                out = NotImplemented
-                if self.writer._fast and type(raw) is bytes:  # next(), without a Python call per change
-                    out = self._next_in_place(raw)
-                if out is NotImplemented:
-                    out = self.next(raw)
+                out = self._next(raw) if type(raw) is bytes else self.next(raw)  # no Python call per change
                 if out is None:
                     continue
                 _hand_over(call, a, b, send, failed, (<tuple>out)[0], (<tuple>out)[1])
@@ -86,10 +82,14 @@ cdef class ChangeStream:
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment
         (merged into its change by the fragment path, never emitted alone)."""
-        cdef Py_ssize_t body_at
-        cdef list vals
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
+        return self._next(raw)
+
+    cdef object _next(self, bytes raw):
+        """next() once the stream is known to be initialised: in place when it can, else decoded."""
+        cdef Py_ssize_t body_at
+        cdef list vals
         if self.writer._fast:
             out = self._next_in_place(raw)
             if out is not NotImplemented:
