@@ -76,6 +76,13 @@ def _spark_defaults_file(environ: dict[str, str]) -> Path | None:
     return path if path.is_file() else None
 
 
+def _spark_defaults(environ: dict[str, str]) -> list[tuple[str, str]]:
+    """(key, line) of each setting in the launcher's spark-defaults.conf (comments and blanks skipped)."""
+    path = _spark_defaults_file(environ)
+    lines = path.read_text().splitlines() if path is not None else []
+    return [(line.split(None, 1)[0], line) for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
 def _jvm_running(environ: dict[str, str]) -> bool:
     if environ.get("PYSPARK_GATEWAY_PORT"):
         return True  # spark-submit launched this interpreter: the driver JVM runs already
@@ -104,14 +111,11 @@ def default_java_options(
     if "defaultJavaOptions" in submit_args:
         return {}
     texts.append(submit_args)
-    defaults = _spark_defaults_file(env)
-    if defaults is not None:
-        for line in defaults.read_text().splitlines():
-            key = line.strip().split(None, 1)[0] if line.strip() else ""
-            if key == DEFAULT_JAVA_OPTIONS:
-                return {}
-            if key in _JAVA_OPTION_KEYS:
-                texts.append(line)
+    for key, line in _spark_defaults(env):
+        if key == DEFAULT_JAVA_OPTIONS:
+            return {}
+        if key in _JAVA_OPTION_KEYS:
+            texts.append(line)
     texts += [env.get(k, "") for k in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")]
     if any(_GC_CHOICE.search(t) for t in texts):
         return {}
@@ -127,11 +131,8 @@ def default_static_confs(
     env = dict(os.environ if environ is None else environ)
     if _jvm_running(env) if jvm_running is None else jvm_running:
         return {}
-    chosen = set(conf or {})
+    chosen = set(conf or {}) | {key for key, _ in _spark_defaults(env)}
     submit_args = env.get("PYSPARK_SUBMIT_ARGS", "")
-    defaults = _spark_defaults_file(env)
-    lines = defaults.read_text().splitlines() if defaults is not None else []
-    chosen |= {line.split(None, 1)[0] for line in lines if line.strip() and not line.strip().startswith("#")}
     return {k: v for k, v in STATIC_DEFAULTS.items() if k not in chosen and k not in submit_args}
 
 
