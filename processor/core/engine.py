@@ -208,7 +208,8 @@ class PartitionEngine:
         txn.staged = {}
         self._staging.append(txn)
         self.open[xid] = txn
-        self._dirty.add(xid)
+        # Not marked dirty: a staged transaction's metadata is not stored (checkpoint), and _spill
+        # marks it when it goes to the store. _identify and _commit mark only a spilled one.
         return txn
 
     def _identify(self, txn: Txn, user: str | None, client: str | None) -> None:
@@ -217,7 +218,8 @@ class PartitionEngine:
         if self._identity_filtered and self.filters.identity_excluded(txn.user, txn.client):
             txn.filtered = True
             self._drop_all(txn)
-        self._dirty.add(txn.xid)
+        if txn.staged is None:
+            self._dirty.add(txn.xid)
 
     def _change(
         self, txn: Txn, offset: int, key: bytes | None, value: bytes, e: codec.RawFields, body_at: int
@@ -379,7 +381,8 @@ class PartitionEngine:
         if self.incomplete and txn.xid in self.incomplete:
             return self._commit_incomplete(txn, offset)
         self.pending[txn.xid] = txn
-        self._dirty.add(txn.xid)
+        if txn.staged is None:
+            self._dirty.add(txn.xid)
         self.stats.committed += 1
         return [Committed(txn)]
 
