@@ -12,16 +12,16 @@ their cursors move and their ENDs go out, and a second flush settles those ENDs.
 settling only when the queue drains on its own or the oldest output waited 20 ms, the flush per
 batch used no more CPU per event and gave a lower commit-to-END latency (issue 14).
 
-With settle_interval_ms > 0 (off by default), under a backlog (the poll returned full batches,
-runner.BACKLOG_BATCHES in a row: more are waiting) the flush is deferred, at most that long: the loop goes on to the next batch while librdkafka delivers
-this one's outputs, instead of waiting a round trip per batch (the steady bench spent ~15% of its
-wall time in these flushes). The runner skips the checkpoint after a deferred settlement
-(end_batch returns True), so a checkpoint does not find released-but-unsettled transactions to
-spill; a crash in between re-reads and re-emits from the last checkpoint, as at_least_once allows.
-A batch after one that was not full settles at once. It is off by default because it costs
-latency near saturation: in the latency bench at half the steady rate, p99 50 and 80 ms with a 100 ms
-interval against 31 and 23 without (the steady bench gained ~5-10%). It suits catching up after an
-outage, where the outputs are late anyway.
+Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are
+waiting) the flush is deferred, at most settle_interval_ms (20 ms by default; 0 turns it off): the
+loop goes on to the next batch while librdkafka delivers this one's outputs, instead of waiting for
+the broker once per batch (the steady bench spent a fifth of its wall time waiting in these
+flushes). The runner skips the checkpoint after a deferred settlement (end_batch returns True), so
+a checkpoint does not find released-but-unsettled transactions to spill; a crash in between
+re-reads and re-emits from the last checkpoint, as at_least_once allows. A batch after one that was not full settles at once,
+so below saturation (the latency bench's 10-50% levels: batches of 1-2k records) nothing is
+deferred; when catching up, ENDs wait up to the interval more, and throughput rises by a tenth
+(docs/benchmarks.md, session 30).
 
 exactly_once: each poll batch is one Kafka transaction holding its outputs (changes, BEGIN/END,
 dead letters) and the input offsets they imply (send_offsets_to_transaction). Every transaction

@@ -91,10 +91,10 @@ class ProcessorConfig(BaseModel):
     )
     commit_interval_ms: int = Field(1000, ge=10, description="how often the low watermark is committed")
     settle_interval_ms: int = Field(
-        0,
+        20,
         ge=0,
-        description="at_least_once under a backlog: defer settling outputs up to this long (throughput for "
-        "latency, e.g. to catch up); 0 = settle every batch",
+        description="at_least_once under a backlog (full poll batches in a row): defer settling outputs up to "
+        "this long, so the loop works while librdkafka delivers (catching up); 0 = settle every batch",
     )
     completed_index_min_entries: int = Field(
         10000, ge=0, description="completed XIDs kept even below the low watermark"

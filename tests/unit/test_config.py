@@ -141,6 +141,12 @@ def test_every_kafka_command_reads_the_same_connection_settings(command, monkeyp
     )
 
 
+def test_a_backlog_defers_settling_up_to_20_ms_unless_turned_off():
+    # at_least_once under a backlog (delivery.py); 0 settles every batch.
+    assert load_config(None, env={}).settle_interval_ms == 20
+    assert load_config(None, env={"TXBUFFER_SETTLE_INTERVAL_MS": "0"}).settle_interval_ms == 0
+
+
 def test_exactly_once_polls_bigger_batches_unless_max_batch_is_set():
     # One Kafka transaction per batch: a fixed broker cost that bigger batches amortise.
     assert load_config(None, env={}).max_batch == 5000

@@ -223,9 +223,9 @@ def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
     assert producer.flushes == 2 and sink.sent[-1] == "END" and not engine.pending
 
 
-def test_by_default_a_backlog_defers_nothing():
-    # settle_interval_ms is 0 unless set: near saturation a deferral delays ENDs (delivery.py).
-    _sink, engine, _emitter, producer, delivery = released()
+def test_without_an_interval_a_backlog_defers_nothing():
+    # settle_interval_ms 0 turns the deferral off (delivery.py): every batch settles at once.
+    _sink, engine, _emitter, producer, delivery = released(settle_interval_s=0.0)
     assert delivery.end_batch(list, None, backlog=True) is False
     assert producer.flushes == 2 and not engine.pending
 
