@@ -3,7 +3,11 @@
 Two sources, one report:
 - a metrics URL: the Prometheus text a running processor serves (processor/metrics.py);
 - a state dir: the RocksDB store opened read-only (no lock, so it works while a processor runs),
-  each partition loaded with PartitionEngine.restore, exactly as a restart would see it.
+  each partition loaded with PartitionEngine.restore, as a restart would see it. A partition whose
+  store was written past its last checkpoint (the AHEAD mark: engine.flush_data) is shown from that
+  checkpoint with phase "written-ahead" and named in the totals: a processor that is not running
+  would rebuild it from the committed offset (runtime.partitions.restore_partition), while a running
+  one clears the mark at its next checkpoint.
 """
 
 from __future__ import annotations
@@ -176,7 +180,7 @@ def from_state_dir(state_dir: str | Path, now_ms: int | None = None) -> Status:
         raise StatusError(f"state dir not found: {state_dir}")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     store = ReadOnlyRocksStore(state_dir / "store")
-    rows, completed, unreadable = [], 0, []
+    rows, completed, unreadable, ahead = [], 0, [], []
     try:
         for p in stored_partitions(store):
             engine = PartitionEngine.restore(p, store)
@@ -185,6 +189,9 @@ def from_state_dir(state_dir: str | Path, now_ms: int | None = None) -> Status:
                 rows.append(PartitionStatus(p, phase="unknown-format"))
                 continue
             rows.append(_engine_row(engine, now_ms))
+            if PartitionEngine.written_ahead(p, store):
+                ahead.append(p)
+                rows[-1].phase = "written-ahead"
             completed += len(engine.completed)
     finally:
         store.close()
@@ -193,6 +200,8 @@ def from_state_dir(state_dir: str | Path, now_ms: int | None = None) -> Status:
     totals["store_bytes"] = sum(f.stat().st_size for f in (state_dir / "store").iterdir() if f.is_file())
     if unreadable:
         totals["unknown_format_partitions"] = unreadable
+    if ahead:
+        totals["written_ahead_partitions"] = ahead
     return Status(str(state_dir), rows, totals)
 
 
@@ -262,6 +271,12 @@ def render(status: Status) -> str:
         out.append("(no partitions)")
     out.append("")
     out.append("totals: " + "  ".join(f"{k}={_total(k, v)}" for k, v in status.totals.items()))
+    if status.totals.get("written_ahead_partitions"):
+        out.append(
+            f"NOTE: partitions {status.totals['written_ahead_partitions']} were written past their last checkpoint "
+            "(shown as of that checkpoint): a processor that is not running rebuilds them from the committed "
+            "offsets at its start; a running one clears this at its next checkpoint"
+        )
     if not status.partitions and status.totals.get("unassigned_s"):
         out.append(
             f"WARNING: this instance has held no partition for {_age(status.totals['unassigned_s'])} "

@@ -92,6 +92,23 @@ def test_state_dir_status_says_where_a_restart_re_reads_staged_transactions(tmp_
     assert (p0.open_txns, p0.next_offset, p0.reread_from, p0.low_watermark) == (0, 6, 3, 3)
 
 
+def test_state_dir_status_names_a_partition_written_past_its_checkpoint(tmp_path, capsys):
+    store = RocksStore(tmp_path / "store")
+    run = new_run(store)
+    run.engine.stage_horizon = 0  # 'a' goes to the store at the checkpoint
+    run.feed(R("a", ev.BEGIN, 0, 1), ins("a", 1, 2), R("hb", ev.HEARTBEAT, 0, 3))  # checkpointed
+    assert from_state_dir(tmp_path).partitions[0].phase == "stored"
+    run.engine.apply(3, b"a", ev.encode_raw(ev.raw_event("a", ev.ROLLBACK, 2, 4)))
+    run.engine.flush_data()  # the rollback's delete lands before the next checkpoint: the AHEAD mark
+    store.close()
+    status = from_state_dir(tmp_path)
+    (p0,) = status.partitions
+    assert p0.phase == "written-ahead" and status.totals["written_ahead_partitions"] == [0]
+    assert (p0.open_txns, p0.next_offset) == (1, 3)  # as of the last checkpoint
+    assert main(["status", "--state-dir", str(tmp_path)]) == 0
+    assert "partitions [0] were written past their last checkpoint" in capsys.readouterr().out
+
+
 def test_state_dir_status_never_writes_to_the_store(state_dir):
     before = {f.name: f.stat().st_size for f in (state_dir / "store").iterdir()}
     from_state_dir(state_dir)
