@@ -263,6 +263,8 @@ class Bench:
             "changes_emitted": res.summary.get("changes_emitted"),
             "expected_changes": w.committed_changes,
             "phases": res.summary.get("phases"),  # the loop's wall and CPU seconds: computing or waiting
+            "settling_flushes": res.summary.get("settling_flushes"),
+            "deferred_settlements": res.summary.get("deferred_settlements"),  # a backlog's (delivery.py)
             "transactions": {  # what outputs_complete compares
                 "committed": res.summary.get("committed"),
                 "expected_committed": w.committed,

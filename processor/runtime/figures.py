@@ -53,6 +53,10 @@ class RunSummary:
     peak_buffered_bytes: int = 0
     peak_open_txns: int = 0
     lost_events: int = 0
+    # at_least_once: flushes that settled a batch's outputs, and batches whose settlement a backlog
+    # deferred (kafka/delivery.py); 0 under exactly_once.
+    settling_flushes: int = 0
+    deferred_settlements: int = 0
     seconds: float = 0.0
     restores: dict = field(default_factory=dict)
     phases: PhaseClock = field(default_factory=PhaseClock)

@@ -432,7 +432,14 @@ class Runner:
         s.add_engine_counts(self.partitions.engines())
         s.restores = self.partitions.restores
         s.lost_events = self.partitions.lost_events
-        log.info("run.phases", **s.phases.seconds())
+        s.settling_flushes = getattr(self.delivery, "settling_flushes", 0)
+        s.deferred_settlements = getattr(self.delivery, "deferred_settlements", 0)
+        log.info(
+            "run.phases",
+            **s.phases.seconds(),
+            settling_flushes=s.settling_flushes,
+            deferred_settlements=s.deferred_settlements,
+        )
 
 
 class _ClosingStep:
