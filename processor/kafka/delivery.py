@@ -18,10 +18,10 @@ loop goes on to the next batch while librdkafka delivers this one's outputs, ins
 the broker once per batch (the steady bench spent a fifth of its wall time waiting in these
 flushes). The runner skips the checkpoint after a deferred settlement (end_batch returns True), so
 a checkpoint does not find released-but-unsettled transactions to spill; a crash in between
-re-reads and re-emits from the last checkpoint, as at_least_once allows. A batch after one that was not full settles at once,
-so below saturation (the latency bench's 10-50% levels: batches of 1-2k records) nothing is
-deferred; when catching up, ENDs wait up to the interval more, and throughput rises by a tenth
-(docs/benchmarks.md, session 30).
+re-reads and re-emits from the last checkpoint, as at_least_once allows. A batch after one that
+was not full settles at once, so below saturation (the latency bench's 10-50% levels: batches of
+1-2k records) nothing is deferred; when catching up, ENDs wait up to the interval more, and
+throughput rises by a tenth (docs/benchmarks.md, session 30).
 
 exactly_once: each poll batch is one Kafka transaction holding its outputs (changes, BEGIN/END,
 dead letters) and the input offsets they imply (send_offsets_to_transaction). Every transaction
