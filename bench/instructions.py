@@ -23,31 +23,31 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.steady_inproc import _run_once, consumed
-from bench.workloads import SmallTxns
+from bench.steady_inproc import _run_once, consumed, workload
 
 
-def _write_records(path: Path, events: int, avg: int) -> None:
-    src = SmallTxns("st-", 1, open_txns=50, avg=avg)
-    records: list[tuple[int, bytes, bytes]] = []
-    for xid, value, _kind in src.events(lambda: len(records) >= events):
-        records.append((len(records), xid.encode(), value))
-    path.write_bytes(pickle.dumps(records))
+def _write_records(path: Path, shape: str, events: int, avg: int) -> None:
+    """Both runs' inputs in one file, so that both children load and build the same records. A steady
+    small run is the first third of the big one's records; a many_open one is a third of the
+    transactions, each with its BEGIN, change and COMMIT."""
+    big = workload(shape, events, avg=avg)
+    small = big[: events // 3] if shape == "steady" else workload(shape, events // 3)
+    path.write_bytes(pickle.dumps([[(o, k, v) for o, (k, v) in enumerate(run)] for run in (small, big)]))
 
 
-def _run(path: str, n: int) -> None:
-    """The measured child: load and build every record (the same work at both sizes, so it cancels
-    out), then one pass of the loop over the first n."""
-    records = [consumed(o, k, v) for o, k, v in pickle.loads(Path(path).read_bytes())]
+def _run(path: str, which: int, batch: int) -> None:
+    """The measured child: load and build every record of both runs (the same work at both sizes, so
+    it cancels out), then one pass of the loop over run `which` (0 small, 1 big)."""
+    runs = [[consumed(o, k, v) for o, k, v in run] for run in pickle.loads(Path(path).read_bytes())]
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)  # as the runner
-    _run_once(records[:n], 5000)
+    _run_once(runs[which], batch)
 
 
-def _instructions(path: Path, n: int, out: Path) -> int:
+def _instructions(path: Path, which: int, batch: int, out: Path) -> int:
     subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", "bench.instructions",
-         "--child", str(path), str(n)],
+         "--child", str(path), str(which), str(batch)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # str hashes, and so dict probing, the same every run
     )  # fmt: skip
@@ -59,21 +59,36 @@ def _instructions(path: Path, n: int, out: Path) -> int:
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        _run(sys.argv[2], int(sys.argv[3]))
+        _run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return
     p = argparse.ArgumentParser(prog="bench.instructions")
     p.add_argument("--events", type=int, default=120_000)
     p.add_argument("--avg", type=int, default=10, help="mean changes per transaction")
+    p.add_argument(
+        "--shape",
+        choices=("steady", "many_open"),
+        default="steady",
+        help="many_open: n/3 BEGINs, a change each, n/3 COMMITs; the small run is then a third of the "
+        "transactions, each whole",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=5000,
+        help="records per engine per batch (bench.run's 5000-record polls over 4 partitions: ~1250 each)",
+    )
     a = p.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="txb-instructions-") as tmp:
         records = Path(tmp) / "records.pkl"
-        _write_records(records, a.events, a.avg)
-        small, big = a.events // 3, a.events
-        counts = [_instructions(records, n, Path(tmp) / f"callgrind.{n}") for n in (small, big)]
+        _write_records(records, a.shape, a.events, a.avg)
+        small, big = pickle.loads(records.read_bytes())
+        counts = [_instructions(records, which, a.batch, Path(tmp) / f"callgrind.{which}") for which in (0, 1)]
+        small, big = len(small), len(big)
     per_event = (counts[1] - counts[0]) / (big - small)
-    print(f"{per_event:,.0f} instructions per event (callgrind, {small:,} -> {big:,} events, avg {a.avg} changes)")
+    shape = f"avg {a.avg} changes" if a.shape == "steady" else "many_open"
+    print(f"{per_event:,.0f} instructions per event (callgrind, {small:,} -> {big:,} events, {shape}, batch {a.batch})")
 
 
 if __name__ == "__main__":

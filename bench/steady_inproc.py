@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import random
 import tempfile
 import time
 
 from confluent_kafka import Message
 
-from bench.workloads import SmallTxns
+from bench.workloads import SmallTxns, _Encoder
+from processor.core import events as ev
 from processor.core.actions import Committed
 from processor.core.engine import Filters, PartitionEngine
 from processor.runtime.emitter import Emitter
@@ -60,6 +62,27 @@ class CountingSink:
         return True
 
 
+def workload(shape: str, events: int, open_txns: int = 50, avg: int = 10) -> list[tuple[bytes, bytes]]:
+    """The (key, value) records of one partition's input."""
+    if shape == "many_open":
+        return many_open_records(events // 3)
+    src = SmallTxns("st-", 1, open_txns=open_txns, avg=avg)
+    out: list[tuple[bytes, bytes]] = []
+    for xid, value, _kind in src.events(lambda: len(out) >= events):
+        out.append((xid.encode(), value))
+    return out
+
+
+def many_open_records(n_open: int) -> list[tuple[bytes, bytes]]:
+    """bench.workloads.write_many_open's input, in process: n_open BEGINs, a change each, n_open COMMITs."""
+    enc = _Encoder(random.Random(3))
+    xids = [f"mo-{i}" for i in range(n_open)]
+    out = [(x.encode(), enc.control(x, ev.BEGIN, 0)) for x in xids]
+    out += [(x.encode(), enc.change(x, 1, i)) for i, x in enumerate(xids)]
+    out += [(x.encode(), enc.control(x, ev.COMMIT, 2)) for x in xids]
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="bench.steady_inproc")
     p.add_argument("--events", type=int, default=400_000)
@@ -67,13 +90,19 @@ def main() -> None:
     p.add_argument("--open", type=int, default=50, help="open transactions at once (the steady bench's 200 / 4)")
     p.add_argument("--avg", type=int, default=10, help="mean changes per transaction")
     p.add_argument(
+        "--shape",
+        choices=("steady", "many_open"),
+        default="steady",
+        help="many_open: every BEGIN, then one change each, then every COMMIT (bench.run's many_open, "
+        "one partition's share: --events 75000 is 25k open transactions)",
+    )
+    p.add_argument(
         "--repeat", type=int, default=1, help="passes over the same records (fresh state each); the best is shown"
     )
     a = p.parse_args()
-    src = SmallTxns("st-", 1, open_txns=a.open, avg=a.avg)
-    records = []
-    for xid, value, _kind in src.events(lambda: len(records) >= a.events):
-        records.append(consumed(len(records), xid.encode(), value))
+    records = [
+        consumed(offset, key, value) for offset, (key, value) in enumerate(workload(a.shape, a.events, a.open, a.avg))
+    ]
     gc.freeze()  # as the runner does: the startup heap is never collected
     gc.set_threshold(50_000, 20, 100)  # as the runner does
     n = len(records)

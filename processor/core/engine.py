@@ -56,7 +56,12 @@ class PartitionEngine:
         self.filters = filters
         self._identity_filtered = filters.filters_identity()  # else no transaction is ever filtered by it
         self.min_completed = min_completed
+        # In the order the transactions began (first_offset ascending), so the oldest is the first:
+        # low_watermark and oldest_open run per batch and must not scan 100k open transactions. A
+        # restore breaks the order (the store's are loaded, then the staged ones re-read from
+        # earlier offsets); _open_ordered is False until oldest_open sorts them once.
         self.open: dict[str, Txn] = {}
+        self._open_ordered = True
         self.pending: OrderedDict[str, Txn] = OrderedDict()  # committed, outputs not yet acknowledged
         self.completed: dict[str, tuple[int, str]] = {}
         # (offset, xid, FIFO key) in completion order; the key is kept for its delete at pruning.
@@ -152,15 +157,18 @@ class PartitionEngine:
             # The source re-sent the transaction from its start: forget what we have. The first
             # attempt stays in the log, so the low watermark stays at its start: a rebuild from a
             # later offset would re-read that attempt's tail without its savepoints.
+            # The xid keeps its place in `open` (_open assigns to the existing key), which is its
+            # first attempt's: open stays in first-offset order.
             self._drop_all(txn)
-            del self.open[xid]
             self._forget_incomplete(xid)  # the new attempt brings its own markers
             self.stats.restarts += 1
-            first_offset, was_stored = txn.first_offset, txn.staged is None
+            first_offset = txn.first_offset
             txn = self._open(xid, offset, e["ts_ms"])
             txn.first_offset = first_offset
-            if was_stored:
-                txn.staged = None  # the first attempt's metadata is in the store: this one replaces it there
+            # Straight to the store (nothing is staged yet, so nothing is written): staging is in
+            # first-offset order (_spill_due) and this attempt's is earlier than the last ones'. If the
+            # first attempt was in the store, this one's metadata replaces it there.
+            self._spill(txn)
 
         if not txn.identity_seen and (e["user"] is not None or e["client"] is not None):
             self._identify(txn, e["user"], e["client"])
@@ -487,26 +495,37 @@ class PartitionEngine:
 
     def _spill_due(self, spill_all: bool) -> int:
         """Spill what must not stay staged past this checkpoint; return the offset a restart must
-        re-read from (the first offset of the oldest transaction still staged, else next_offset)."""
-        resume = self.next_offset
-        if self._staging:
-            horizon = self.next_offset - self.stage_horizon
-            born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
-            kept = []
-            for txn in self._staging:
-                if txn.staged is None:
-                    continue  # finished, or spilled already
-                if (
-                    spill_all
-                    or txn.commit is not None
-                    or txn.first_offset < horizon
-                    or 0 < txn.first_ts_ms < born_before
-                ):
+        re-read from (the first offset of the oldest transaction still staged, else next_offset).
+
+        _staging is in the order the transactions began, so the due ones by offset are a prefix of it,
+        and the scan stops at the first one kept: its first offset is the lowest kept. A later one
+        that is due by age only (source timestamps out of log order) waits until the scan reaches it.
+        Committed ones are all in pending. So a checkpoint costs what changed since the last one, not
+        what is open (100k open transactions were scanned at every batch)."""
+        staging = self._staging
+        if not staging:
+            return self.next_offset
+        if spill_all:
+            for txn in staging:
+                if txn.staged is not None:
                     self._spill(txn)
-                else:
-                    kept.append(txn)
-                    resume = min(resume, txn.first_offset)
-            self._staging = kept
+            staging.clear()
+            return self.next_offset
+        for txn in self.pending.values():  # a restart emits pending transactions from the store
+            if txn.staged is not None:
+                self._spill(txn)
+        horizon = self.next_offset - self.stage_horizon
+        born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
+        resume = self.next_offset
+        done = 0
+        for txn in staging:
+            if txn.staged is not None:  # else finished, or spilled already
+                if txn.first_offset >= horizon and not 0 < txn.first_ts_ms < born_before:
+                    resume = txn.first_offset
+                    break
+                self._spill(txn)
+            done += 1
+        del staging[:done]
         return resume
 
     def buffered(self, txn: Txn, begin: bytes, end: bytes) -> Iterable[tuple[bytes, Any]]:
@@ -541,13 +560,31 @@ class PartitionEngine:
         return max(self.next_offset, self._replay_to)
 
     def low_watermark(self) -> int:
-        """The input offset to commit: first offset of the oldest unfinished transaction, else next."""
-        firsts = [t.first_offset for t in self.open.values()]
-        firsts.extend(t.first_offset for t in self.pending.values())
-        return min(firsts, default=self.next_offset)
+        """The input offset to commit: first offset of the oldest unfinished transaction, else next.
+
+        Never past next_offset: while a restore re-reads the staged transactions, those not re-read
+        yet are not in `open`, and a commit of the stored ones' low watermark would skip them."""
+        oldest = self.oldest_open()
+        low = self.next_offset
+        if oldest is not None and oldest.first_offset < low:
+            low = oldest.first_offset
+        for txn in self.pending.values():  # committed, not yet acknowledged: few, in commit order
+            if txn.first_offset < low:
+                low = txn.first_offset
+        return low
 
     def oldest_open(self) -> Txn | None:
-        return min(self.open.values(), key=lambda t: t.first_offset, default=None)
+        open_txns = self.open
+        if not open_txns:
+            return None
+        if not self._open_ordered:
+            if self.next_offset < self._replay_to:  # still re-reading: more may come out of order
+                return min(open_txns.values(), key=lambda t: t.first_offset)
+            ordered = sorted(open_txns.values(), key=lambda t: t.first_offset)
+            open_txns.clear()  # in place: the lane holds this dict
+            open_txns.update((t.xid, t) for t in ordered)
+            self._open_ordered = True
+        return next(iter(open_txns.values()))
 
     def buffered_events(self) -> int:
         return sum(t.events for t in self.open.values()) + sum(t.events for t in self.pending.values())
@@ -653,6 +690,8 @@ class PartitionEngine:
                 pending.append(txn)
         for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
+        # Loaded in key order; a re-read of staged ones (replay_to) adds earlier ones after them.
+        eng._open_ordered = False
         eng._meta_stored = set(eng.open) | set(eng.pending)
         if eng._replay_to:  # a staged transaction's markers come back with its re-read records
             eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._meta_stored}

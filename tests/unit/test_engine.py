@@ -83,6 +83,20 @@ def test_repeated_begin_restarts_the_transaction(store):
     assert run.engine.stats.restarts == 1
 
 
+def test_a_re_sent_transaction_keeps_its_first_attempts_place_and_the_low_watermark(store):
+    run = new_run(store)
+    run.feed(R("a", ev.BEGIN, 0), R("b", ev.BEGIN, 0), ins("a", 1, 1), R("a", ev.BEGIN, 0), ins("a", 1, 2))
+    engine = run.engine
+    engine.checkpoint()
+    oldest = engine.oldest_open()
+    assert oldest is not None and (oldest.xid, engine.low_watermark()) == ("a", 0)
+    assert list(engine.open) == ["a", "b"]
+    run.feed(R("b", ev.COMMIT, 1))
+    assert engine.low_watermark() == 0
+    run.feed(R("a", ev.COMMIT, 2))
+    assert engine.low_watermark() == engine.next_offset
+
+
 def test_rollback_to_savepoint_drops_changes_after_it(store):
     run = new_run(store)
     run.feed(

@@ -273,6 +273,12 @@ def test_global_order_releases_in_commit_scn_order_across_partitions(seed, parti
 # --------------------------------------------------------------------------- crashes and restarts
 
 
+def lowest_first_offset(engine: PartitionEngine) -> int:
+    """low_watermark by its definition, scanning every unfinished transaction (the engine keeps them
+    in order instead); never past next_offset (a re-read after a restore starts there)."""
+    return min([engine.next_offset] + [t.first_offset for t in [*engine.open.values(), *engine.pending.values()]])
+
+
 def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: int) -> MemorySink:
     """Feed (partition, offset, event) in poll batches as the runner does, and at the batch numbers in
     `crashes` lose every engine's memory: "before" the batch's checkpoint (its outputs were sent, the
@@ -320,6 +326,7 @@ def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: i
             for p, engine in engines.items():
                 engine.checkpoint()
                 committed_offsets[p] = engine.low_watermark()
+                assert committed_offsets[p] == lowest_first_offset(engine)
         if crash is None:
             continue
         engines = {}
@@ -334,6 +341,7 @@ def run_with_crashes(feed, batch: int, crashes: dict[int, str], stage_horizon: i
                     if q == p and offset >= restored.start_offset:
                         engine.mark_completed(xid, offset, outcome)
             engine.next_offset = restored.start_offset
+            assert engine.low_watermark() == lowest_first_offset(engine)
             engines[p] = engine
         emitter = new_emitter()
         for engine in engines.values():

@@ -103,6 +103,40 @@ def test_a_transaction_open_at_a_checkpoint_stays_staged_and_a_restart_re_reads_
     ]
 
 
+def test_a_restore_re_reads_earlier_staged_transactions_and_the_low_watermark_waits_for_them(store, feed):
+    """The store's transactions are loaded first, the staged ones re-read after them, and a staged one
+    may have begun earlier: the low watermark is never past a transaction not re-read yet, and the
+    oldest open transaction is the one that began first."""
+    engine = PartitionEngine(0, store)
+    recs = records(
+        ev.raw_event("x", ev.BEGIN, 0, 0),  # offset 0: stays staged
+        change("x", 1),
+        ev.raw_event("y", ev.BEGIN, 0, 0),  # offset 2
+        change("y", 1, row_id="r1"),
+        change("y", 2, op=ev.UPDATE, row_id="r1"),
+        change("y", 3, op=ev.UPDATE, undo=True, row_id="r1"),  # reads y back: spills it
+    )
+    feed(engine, recs)
+    engine.checkpoint()
+    assert engine.open["x"].staged is not None and engine.open["y"].staged is None
+
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and list(restored.open) == ["y"]
+    # Before the re-read, x is not open yet: committing y's first offset (2) would skip x's start.
+    assert (restored.next_offset, restored.low_watermark()) == (0, 0)
+    feed(restored, recs[restored.next_offset :])
+    assert restored.next_offset == restored.applied_to() == len(recs)
+    oldest = restored.oldest_open()
+    assert oldest is not None and (oldest.xid, restored.low_watermark()) == ("x", 0)
+    assert list(restored.open) == ["x", "y"]  # sorted once the re-read is done
+    recs += records(ev.raw_event("x", ev.COMMIT, 2, 2), start=len(recs))
+    feed(restored, recs[-1:])
+    oldest = restored.oldest_open()
+    assert oldest is not None and oldest.xid == "y" and restored.low_watermark() == 0  # x is pending
+    restored.acknowledged(restored.pending["x"])
+    assert restored.low_watermark() == 2
+
+
 @pytest.mark.parametrize("why", ["horizon", "age", "spill_all"])
 def test_a_staged_transaction_is_spilled_past_the_horizon_or_age_or_when_asked(store, feed, why):
     engine = PartitionEngine(0, store, stage_horizon=5)
