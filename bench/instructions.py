@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from bench.steady_inproc import _run_once, consumed, workload
+from processor.core.engine import STAGE_HORIZON
 
 
 def _write_records(path: Path, shape: str, events: int, avg: int) -> None:
@@ -35,19 +36,19 @@ def _write_records(path: Path, shape: str, events: int, avg: int) -> None:
     path.write_bytes(pickle.dumps([[(o, k, v) for o, (k, v) in enumerate(run)] for run in (small, big)]))
 
 
-def _run(path: str, which: int, batch: int) -> None:
+def _run(path: str, which: int, batch: int, stage_horizon: int) -> None:
     """The measured child: load and build every record of both runs (the same work at both sizes, so
     it cancels out), then one pass of the loop over run `which` (0 small, 1 big)."""
     runs = [[consumed(o, k, v) for o, k, v in run] for run in pickle.loads(Path(path).read_bytes())]
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)  # as the runner
-    _run_once(runs[which], batch)
+    _run_once(runs[which], batch, stage_horizon)
 
 
-def _instructions(path: Path, which: int, batch: int, out: Path) -> int:
+def _instructions(path: Path, which: int, a: argparse.Namespace, out: Path) -> int:
     subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", "bench.instructions",
-         "--child", str(path), str(which), str(batch)],
+         "--child", str(path), str(which), str(a.batch), str(a.stage_horizon)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # str hashes, and so dict probing, the same every run
     )  # fmt: skip
@@ -59,7 +60,7 @@ def _instructions(path: Path, which: int, batch: int, out: Path) -> int:
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        _run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        _run(sys.argv[2], *map(int, sys.argv[3:6]))
         return
     p = argparse.ArgumentParser(prog="bench.instructions")
     p.add_argument("--events", type=int, default=120_000)
@@ -77,6 +78,7 @@ def main() -> None:
         default=5000,
         help="records per engine per batch (bench.run's 5000-record polls over 4 partitions: ~1250 each)",
     )
+    p.add_argument("--stage-horizon", type=int, default=STAGE_HORIZON, help="0: open transactions go to the store")
     a = p.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (apt-get install valgrind)")
@@ -84,11 +86,14 @@ def main() -> None:
         records = Path(tmp) / "records.pkl"
         _write_records(records, a.shape, a.events, a.avg)
         small, big = pickle.loads(records.read_bytes())
-        counts = [_instructions(records, which, a.batch, Path(tmp) / f"callgrind.{which}") for which in (0, 1)]
+        counts = [_instructions(records, which, a, Path(tmp) / f"callgrind.{which}") for which in (0, 1)]
         small, big = len(small), len(big)
     per_event = (counts[1] - counts[0]) / (big - small)
     shape = f"avg {a.avg} changes" if a.shape == "steady" else "many_open"
-    print(f"{per_event:,.0f} instructions per event (callgrind, {small:,} -> {big:,} events, {shape}, batch {a.batch})")
+    print(
+        f"{per_event:,.0f} instructions per event (callgrind, {small:,} -> {big:,} events, {shape}, batch {a.batch}, "
+        f"stage horizon {a.stage_horizon})"
+    )
 
 
 if __name__ == "__main__":

@@ -336,6 +336,10 @@ class Bench:
             "wall_s": res.wall_s,
             "peak_rss_mb": res.peak_rss / 2**20,
             "peak_open_txns": res.summary.get("peak_open_txns"),
+            **_cpu(res, w.events),
+            "phases": res.summary.get("phases"),
+            "settling_flushes": res.summary.get("settling_flushes"),
+            "deferred_settlements": res.summary.get("deferred_settlements"),
         }
 
     def latency(

@@ -632,7 +632,7 @@ class PartitionEngine:
                     self.batch.delete(keys.meta_key(self.partition, xid))
             elif txn.staged is None:
                 stored.add(xid)
-                self.batch.put(keys.meta_key(self.partition, xid), txn.to_bytes())
+                self.batch.put(keys.meta_key_of(txn.prefix), txn.to_bytes())
             # else staged: not in the store; a restart rebuilds it from the raw topic
         self._dirty.clear()
         self._prune_completed()

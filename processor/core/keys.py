@@ -98,6 +98,11 @@ def meta_key(partition: int, xid: str) -> bytes:
     return META + _part(partition) + _str(xid)
 
 
+def meta_key_of(txn_prefix: bytes) -> bytes:
+    """meta_key of the transaction whose txn_prefix this is (the same partition, length and xid)."""
+    return META + txn_prefix[1:]
+
+
 def fifo_key(partition: int, offset: int, xid: str) -> bytes:
     return FIFO + _PQ.pack(partition, offset) + xid.encode()
 

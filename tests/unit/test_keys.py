@@ -22,6 +22,11 @@ def test_txn_prefix_is_kind_partition_length_and_xid(partition, xid):
     )
 
 
+@given(partitions, xids)
+def test_the_meta_key_from_a_transactions_prefix_is_its_meta_key(partition, xid):
+    assert keys.meta_key_of(keys.txn_prefix(partition, xid)) == keys.meta_key(partition, xid)
+
+
 @given(partitions, st.integers(0, 2**64 - 1), xids)
 def test_fifo_key_is_kind_partition_offset_and_xid_and_decodes_back(partition, offset, xid):
     key = keys.fifo_key(partition, offset, xid)
