@@ -39,9 +39,10 @@ lint: venv
 
 ## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
 # TXBUFFER_CODEC=compiled: a failed codec build fails the suite instead of falling back to fastavro.
-# Three groups run side by side, each with its own broker: the unit tests (CPU, no broker), the
-# end-to-end tests and the integration tests (both mostly wait on brokers, JVMs and restarts).
-# The two background groups' reports follow the integration report. Any group failing fails.
+# Three lanes run side by side, each group with its own broker: the unit tests (CPU, no broker) and
+# then the Spark integration tests, the end-to-end tests, and the other integration tests (these
+# mostly wait on brokers, JVMs and restarts). The background groups' reports follow the integration
+# report. Any group failing fails.
 test: setup
 	@PY=$(PY) bash tests/run_groups.sh
 
