@@ -95,11 +95,11 @@ def partition_prefix(kind: bytes, partition: int) -> bytes:
 
 
 def meta_key(partition: int, xid: str) -> bytes:
-    return META + _part(partition) + _str(xid)
+    return meta_key_of(txn_prefix(partition, xid))
 
 
 def meta_key_of(txn_prefix: bytes) -> bytes:
-    """meta_key of the transaction whose txn_prefix this is (the same partition, length and xid)."""
+    """A transaction's metadata key: its txn_prefix (partition, length, xid) under META, not TXN."""
     return META + txn_prefix[1:]
 
 

@@ -24,7 +24,9 @@ def test_txn_prefix_is_kind_partition_length_and_xid(partition, xid):
 
 @given(partitions, xids)
 def test_the_meta_key_from_a_transactions_prefix_is_its_meta_key(partition, xid):
-    assert keys.meta_key_of(keys.txn_prefix(partition, xid)) == keys.meta_key(partition, xid)
+    raw = xid.encode()
+    layout = keys.META + struct.pack(">I", partition) + struct.pack(">H", len(raw)) + raw
+    assert keys.meta_key_of(keys.txn_prefix(partition, xid)) == keys.meta_key(partition, xid) == layout
 
 
 @given(partitions, st.integers(0, 2**64 - 1), xids)
