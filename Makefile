@@ -39,10 +39,10 @@ lint: venv
 
 ## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
 # TXBUFFER_CODEC=compiled: a failed codec build fails the suite instead of falling back to fastavro.
-# Three lanes run side by side, each group with its own broker: the unit tests (CPU, no broker) and
-# then the Spark integration tests, the end-to-end tests, and the other integration tests (these
-# mostly wait on brokers, JVMs and restarts). The background groups' reports follow the integration
-# report. Any group failing fails.
+# Four lanes run side by side (tests/run_groups.sh), each pytest run with its own broker: the unit
+# tests (CPU, no broker) then the first half of the integration tests; the second half; the Spark
+# integration tests; the end-to-end tests. Reports land in .test-lanes/ and are printed at the end.
+# Any run failing fails.
 test: setup
 	@PY=$(PY) bash tests/run_groups.sh
 
