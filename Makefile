@@ -39,9 +39,9 @@ lint: venv
 
 ## The whole suite: unit, property, integration (real Kafka, RocksDB, Spark, PostgreSQL), e2e.
 # TXBUFFER_CODEC=compiled: a failed codec build fails the suite instead of falling back to fastavro.
-# Four lanes run side by side (tests/run_groups.sh), each pytest run with its own broker: the unit
-# tests (CPU, no broker) then the first half of the integration tests; the second half; the Spark
-# integration tests; the end-to-end tests. Reports land in .test-lanes/ and are printed at the end.
+# Three lanes run side by side (tests/run_groups.sh), each pytest run with its own broker: the Spark
+# integration tests then a few other integration files; the other integration tests; the unit tests
+# (CPU, no broker) then the end-to-end tests. Reports land in .test-lanes/ and are printed at the end.
 # Any run failing fails.
 test: setup
 	@PY=$(PY) bash tests/run_groups.sh

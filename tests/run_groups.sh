@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: the suite in four lanes run side by side (serially it takes over 60 minutes).
-# Most of the suite waits, not computes: on brokers, JVMs, PostgreSQL, kills and restarts (a
-# rehearsal on a clean clone used 24 CPU-minutes in 26 wall-minutes on two cores), so the lanes
-# overlap their waits. Each lane is one or more pytest runs in sequence, each run on its own session
-# broker; tests/unit is CPU-bound and needs none. With three lanes the two longest took 24 minutes
-# each and CI 28 of its 30: the integration group is now split in two halves by measured time
-# (--durations), and the Spark integration tests, the longest file group, have a lane to themselves.
-# Every lane's report is printed at the end, a line per finished run meanwhile; any run failing
-# fails the suite.
+# `make test`: the suite in three lanes run side by side (serially it takes over an hour). Each lane
+# is pytest runs in sequence, each run on its own session broker: the Spark integration tests, then
+# a few other integration files; the rest of the integration tests; the unit tests (CPU-bound, no
+# broker), then the end-to-end tests. The lanes were balanced by each run's time in a clean-clone
+# rehearsal (--durations): with the integration group whole in one lane it took 24 of the suite's 26
+# minutes, and a fourth lane only made every lane slower (two cores). A line per finished run shows
+# progress; every report is printed at the end; any run failing fails the suite.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -16,23 +14,19 @@ pytest_args=(-q -rs -p no:cacheprovider --durations=10)
 LOGS=.test-lanes
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 
-# The integration files outside Spark, in two halves of about equal time (the first half follows
-# the unit tests in their lane). A new file lands in the second half unless listed here.
-integration_first=(
-  tests/integration/test_postgres_capture.py tests/integration/test_processor.py
-  tests/integration/test_global_order.py tests/integration/test_liveness.py
-  tests/integration/test_eos_rebalance.py tests/integration/test_broker_is_apache_kafka.py
-  tests/integration/test_capture_metrics.py tests/integration/test_debezium_output.py
-  tests/integration/test_embedded_kafka.py tests/integration/test_index_rebuild.py
+# The integration files that follow the Spark tests in their lane (about four minutes); every other
+# integration file outside Spark, a new one too, runs in the integration lane.
+after_spark=(
+  tests/integration/test_failover.py tests/integration/test_global_order.py
+  tests/integration/test_liveness.py tests/integration/test_eos_rebalance.py
 )
-integration_second=()
+integration=()
 for f in tests/integration/test_*.py; do
-  case " ${integration_first[*]} " in *" $f "*) continue ;; esac
+  case " ${after_spark[*]} " in *" $f "*) continue ;; esac
   case "$f" in tests/integration/test_spark_*) continue ;; esac
-  integration_second+=("$f")
+  integration+=("$f")
 done
 spark_tests=(tests/integration/test_spark_*.py)
-
 # run_step LANE NAME PATHS...: one pytest run; its report goes to $LOGS/NAME.log, its exit code
 # to $LOGS/NAME.rc, and a line with its summary and time to the console.
 run_step() {
@@ -46,11 +40,10 @@ run_step() {
     $(((SECONDS - t0) % 60)) "$(grep -E '(passed|failed|error)' "$LOGS/$name.log" | tail -1)"
 }
 
-steps=(unit integration-1 integration-2 spark e2e)
-(run_step 1 unit tests/unit; run_step 1 integration-1 "${integration_first[@]}") &
-(run_step 2 integration-2 "${integration_second[@]}") &
-(run_step 3 spark "${spark_tests[@]}") &
-(run_step 4 e2e tests/e2e) &
+steps=(spark integration-after-spark integration unit e2e)
+(run_step 1 spark "${spark_tests[@]}"; run_step 1 integration-after-spark "${after_spark[@]}") &
+(run_step 2 integration "${integration[@]}") &
+(run_step 3 unit tests/unit; run_step 3 e2e tests/e2e) &
 wait
 
 failed=0

@@ -21,7 +21,7 @@ def test_a_warm_up_run_precedes_the_measured_one_in_the_same_stream(spark, broke
     assert warm["input_rows"] == 1000 and out["input_rows"] == 2000 and out["records"] == 2000
     assert whole["input_rows"] == 3000 and whole["records"] == 3000
     assert whole["query_seconds"] == pytest.approx(warm["query_seconds"] + out["query_seconds"], abs=0.01)
-    assert out["changes_per_s"] == pytest.approx(2000 / out["query_seconds"], rel=1e-3)
+    assert out["changes_per_s"] == pytest.approx(2000 / out["query_seconds"], abs=0.05)  # rounded to 0.1
     # The lake-wide figures grow from one run to the next, and the checks compare them.
     assert warm["source_records"] == 1000 and out["source_records"] == 3000
     assert 0 < warm["changelog_rows"] == warm["distinct_events"] < out["changelog_rows"] == out["distinct_events"]
