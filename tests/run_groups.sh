@@ -37,7 +37,7 @@ run_step() {
   local rc=$?
   echo "$rc" >"$LOGS/$name.rc"
   printf '[lane %s] %s: exit %s after %dm%02ds: %s\n' "$lane" "$name" "$rc" $(((SECONDS - t0) / 60)) \
-    $(((SECONDS - t0) % 60)) "$(grep -E '(passed|failed|error)' "$LOGS/$name.log" | tail -1)"
+    $(((SECONDS - t0) % 60)) "$(grep -aE '^[0-9]+ (passed|failed|errors?|skipped)' "$LOGS/$name.log" | tail -1)"
 }
 
 steps=(spark integration-after-spark integration unit e2e)
