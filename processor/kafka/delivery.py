@@ -13,15 +13,18 @@ settling only when the queue drains on its own or the oldest output waited 20 ms
 batch used no more CPU per event and gave a lower commit-to-END latency (issue 14).
 
 Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are
-waiting) the flush is deferred, at most settle_interval_ms (20 ms by default; 0 turns it off): the
-loop goes on to the next batch while librdkafka delivers this one's outputs, instead of waiting for
-the broker once per batch (the steady bench spent a fifth of its wall time waiting in these
+waiting) the flush is deferred to the next batch, and to more batches in a row while the last
+settlement is younger than settle_interval_ms (20 ms by default; 0 turns it off): the loop goes on
+to the next batch while librdkafka delivers this one's outputs, instead of waiting for the broker
+once per batch (the steady bench spent a fifth of its wall time waiting in these
 flushes). The runner skips the checkpoint after a deferred settlement (end_batch returns True), so
 a checkpoint does not find released-but-unsettled transactions to spill; a crash in between
 re-reads and re-emits from the last checkpoint, as at_least_once allows. A batch after one that
 was not full settles at once, so below saturation (the latency bench's 10-50% levels: batches of
-1-2k records) nothing is deferred; when catching up, ENDs wait up to the interval more, and
-throughput rises by a tenth (docs/benchmarks.md, session 30).
+1-2k records) nothing is deferred; when catching up, ENDs wait a batch or up to the interval more,
+and throughput rose by a tenth (docs/benchmarks.md, session 30). The interval alone never fired on
+a machine where one 5,000-record batch took longer than it (session 33: 0 of 201 batches), so one
+batch may always defer.
 
 exactly_once: each poll batch is one Kafka transaction holding its outputs (changes, BEGIN/END,
 dead letters) and the input offsets they imply (send_offsets_to_transaction). Every transaction
@@ -147,6 +150,7 @@ class AtLeastOnce:
         self.settling_flushes = 0
         self.deferred_settlements = 0
         self._last_settled = time.monotonic()
+        self._deferred_last = False  # the last batch deferred its settlement
 
     def start(self) -> None:
         pass
@@ -169,11 +173,12 @@ class AtLeastOnce:
         """Settle what the batch sent. Under a backlog the settlement may be deferred: then it
         returns True, and the caller does not checkpoint this batch."""
         emitter = self.emitter
-        if emitter.unsettled and backlog and time.monotonic() - self._last_settled < self.settle_interval_s:
+        if emitter.unsettled and backlog and self._may_defer():
             self.producer.poll(0)  # error callbacks
             emitter.advance()  # settles anyway if the queue happens to be empty
             if emitter.unsettled:
                 self.deferred_settlements += 1
+                self._deferred_last = True
                 return True
         if emitter.unsettled:
             # Serves the failure reports too: advance raises for any before a settlement counts.
@@ -191,7 +196,16 @@ class AtLeastOnce:
             self.producer.poll(0)  # error callbacks
             emitter.advance()
         self._last_settled = time.monotonic()
+        self._deferred_last = False
         return False
+
+    def _may_defer(self) -> bool:
+        """One batch in a row may always defer (the interval on): a batch that alone takes longer
+        than the interval (a slow machine: 60 ms per 5,000 records) would otherwise never defer.
+        More in a row only while the last settlement is younger than the interval."""
+        if self.settle_interval_s <= 0:
+            return False
+        return not self._deferred_last or time.monotonic() - self._last_settled < self.settle_interval_s
 
 
 class ExactlyOnce:

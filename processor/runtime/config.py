@@ -93,8 +93,9 @@ class ProcessorConfig(BaseModel):
     settle_interval_ms: int = Field(
         20,
         ge=0,
-        description="at_least_once under a backlog (full poll batches in a row): defer settling outputs up to "
-        "this long, so the loop works while librdkafka delivers (catching up); 0 = settle every batch",
+        description="at_least_once under a backlog (full poll batches in a row): defer settling outputs to the "
+        "next batch, more in a row while the last settlement is younger than this, so the loop works while "
+        "librdkafka delivers (catching up); 0 = settle every batch",
     )
     completed_index_min_entries: int = Field(
         10000, ge=0, description="completed XIDs kept even below the low watermark"

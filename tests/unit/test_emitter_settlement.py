@@ -240,6 +240,20 @@ def test_under_a_backlog_the_interval_bounds_the_deferral():
     assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
 
 
+def test_under_a_backlog_a_batch_longer_than_the_interval_defers_once_not_twice_in_a_row():
+    # A slow machine: one batch alone outlasts the interval. It still defers (else the deferral
+    # never fires there); the next batch settles both, whatever the clock says.
+    _sink, engine, emitter, producer, delivery = released(settle_interval_s=0.01)
+    time.sleep(0.02)
+    assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 0
+    time.sleep(0.02)
+    assert delivery.end_batch(list, None, backlog=True) is False
+    assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
+    # Settled: the next full batch may defer again.
+    emitter.release(engine, commit(engine, "b", 1))
+    assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 2
+
+
 def test_under_a_backlog_a_queue_that_drained_on_its_own_settles_without_a_flush():
     sink, engine, _emitter, producer, delivery = released(settle_interval_s=3600)
     sink.deliver()  # librdkafka delivered everything meanwhile: the queue is empty
