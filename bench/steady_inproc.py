@@ -16,14 +16,12 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import random
 import tempfile
 import time
 
 from confluent_kafka import Message
 
-from bench.workloads import SmallTxns, _Encoder
-from processor.core import events as ev
+from bench.workloads import SmallTxns, many_open_events
 from processor.core.actions import Committed
 from processor.core.engine import STAGE_HORIZON, Filters, PartitionEngine
 from processor.runtime.emitter import Emitter
@@ -74,13 +72,8 @@ def workload(shape: str, events: int, open_txns: int = 50, avg: int = 10) -> lis
 
 
 def many_open_records(n_open: int) -> list[tuple[bytes, bytes]]:
-    """bench.workloads.write_many_open's input, in process: n_open BEGINs, a change each, n_open COMMITs."""
-    enc = _Encoder(random.Random(3))
-    xids = [f"mo-{i}" for i in range(n_open)]
-    out = [(x.encode(), enc.control(x, ev.BEGIN, 0)) for x in xids]
-    out += [(x.encode(), enc.change(x, 1, i)) for i, x in enumerate(xids)]
-    out += [(x.encode(), enc.control(x, ev.COMMIT, 2)) for x in xids]
-    return out
+    """bench.workloads.write_many_open's input, in process."""
+    return [(xid.encode(), value) for xid, value, _kind in many_open_events(n_open)]
 
 
 def main() -> None:

@@ -238,23 +238,30 @@ def write_huge(
     return _finish(w, writer, started)
 
 
-def write_many_open(bootstrap: str, topic: str, n_open: int, partitions: int = 4, seed: int = 3) -> Workload:
-    """n_open transactions open at once: every BEGIN, then one change each, then every COMMIT."""
-    started = time.monotonic()
-    writer = _writer(bootstrap, topic, partitions)
-    w = Workload(topic, writer.partitions)
+def many_open_events(n_open: int, seed: int = 3) -> Iterator[tuple[str, bytes, str]]:
+    """n_open transactions open at once: every BEGIN, then one change each, then every COMMIT, as
+    (xid, value, kind) like SmallTxns.events. bench.steady_inproc applies the same records in process."""
     enc = _Encoder(random.Random(seed))
     xids = [f"mo-{i}" for i in range(n_open)]
     for x in xids:
-        writer.write_encoded(x, enc.control(x, ev.BEGIN, 0))
-        w.events += 1
+        yield x, enc.control(x, ev.BEGIN, 0), "begin"
     for i, x in enumerate(xids):
-        value = enc.change(x, 1, i)
-        writer.write_encoded(x, value)
-        _count(w, "change", len(value))
+        yield x, enc.change(x, 1, i), "change"
     for x in xids:
-        writer.write_encoded(x, enc.control(x, ev.COMMIT, 2))
-        _count(w, "commit", 0)
+        yield x, enc.control(x, ev.COMMIT, 2), "commit"
+
+
+def write_many_open(bootstrap: str, topic: str, n_open: int, partitions: int = 4, seed: int = 3) -> Workload:
+    """many_open_events written to the raw topic."""
+    started = time.monotonic()
+    writer = _writer(bootstrap, topic, partitions)
+    w = Workload(topic, writer.partitions)
+    for xid, value, kind in many_open_events(n_open, seed):
+        writer.write_encoded(xid, value)
+        if kind == "begin":
+            w.events += 1
+        else:
+            _count(w, kind, len(value) if kind == "change" else 0)
     return _finish(w, writer, started)
 
 
