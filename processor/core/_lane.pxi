@@ -26,6 +26,11 @@ cdef enum LaneOp:
 cdef int LANE_READ[MAX_FIELDS]
 cdef int LANE_OP[256]  # op enum index -> what the lane does with it
 cdef bint LANE_READY = False
+# scan_fields' straight-line path (scan_raw_layout), armed by enable_lane when the RawEvent schema is
+# field for field the one it was written for; else scan_fields walks the schema tree.
+cdef bint RAW_LAYOUT = False
+cdef Py_ssize_t RAW_OPS  # the op enum's symbol count
+cdef Node KEY_VALUES, BEFORE_VALUES, AFTER_VALUES  # the row images' value unions (all scalar branches)
 
 
 cdef struct LaneFields:
@@ -81,6 +86,7 @@ def enable_lane(row_ops, str begin, str commit):
         if not ok:
             raise NotImplementedError(f"RawEvent field {RAW_NAMES[i]!r} is not {shape}: the lane cannot read it")
         LANE_READ[i] = read
+    _arm_layout(root)
     symbols = (<Node>root.children[I_OP]).symbols
     if len(symbols) > 256:
         raise NotImplementedError("more than 256 ops")
@@ -113,12 +119,19 @@ cdef inline const char* _lane_opt_str(Reader* r, Py_ssize_t* n) except? NULL:
 cdef int scan_fields(Reader* r, Py_ssize_t stop, LaneFields* f) except -1:
     """Read RawEvent fields 0..stop-1 from r, validating each as make_view does (UTF-8 included) and
     keeping the ones LANE_READ names in f, in place: no Python object. Raises what the reader raises."""
+    f.table = f.row_id = f.subxid = f.user = f.client = NULL
+    f.has_attrs = f.has_key = False
+    if RAW_LAYOUT and (stop == RAW_ROOT.n or stop == I_KEY):
+        return scan_raw_layout(r, stop == RAW_ROOT.n, f)
+    return _scan_tree(r, stop, f)
+
+
+cdef int _scan_tree(Reader* r, Py_ssize_t stop, LaneFields* f) except -1:
+    """scan_fields for any RawEvent schema: each field by the schema tree (LANE_READ, skip_node)."""
     cdef Node root = RAW_ROOT
     cdef Node node
     cdef Py_ssize_t i, at
     cdef int read
-    f.table = f.row_id = f.subxid = f.user = f.client = NULL
-    f.has_attrs = f.has_key = False
     for i in range(stop):
         read = LANE_READ[i]
         if read == L_SKIP:
@@ -165,6 +178,130 @@ cdef int scan_fields(Reader* r, Py_ssize_t stop, LaneFields* f) except -1:
     return 0
 
 
+# The RawEvent layout scan_raw_layout reads, field by field: (name, Avro shape).
+_RAW_LAYOUT = (
+    ("xid", "string"), ("op", "enum"), ("seq", "long"), ("scn", "long"), ("thread", "int"), ("ts_ms", "long"),
+    ("undo", "boolean"), ("row_id", "?string"), ("subxid", "?string"), ("savepoint", "?string"),
+    ("user", "?string"), ("client", "?string"), ("table", "?string"), ("lob_column", "?string"),
+    ("lob_offset", "?long"), ("lob_length", "?long"), ("lob_data", "null|string|bytes"), ("attrs", "map<string>"),
+    ("key", "?row"), ("before", "?row"), ("after", "?row"), ("ddl", "?string"),
+)
+
+
+cdef bint _shape_is(Node node, str shape) except -1:
+    """Whether node has this _RAW_LAYOUT shape."""
+    cdef Node value
+    kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN}
+    if shape in kinds:
+        return node.kind == kinds[shape]
+    if shape == "map<string>":
+        return node.kind == K_MAP and node.child.kind == K_STRING
+    if shape == "null|string|bytes":
+        return node.kind == K_UNION and node.n == 3 and [(<Node>c).kind for c in node.children] == [
+            K_NULL, K_STRING, K_BYTES]
+    if node.kind != K_UNION or node.n != 2 or (<Node>node.children[0]).kind != K_NULL:
+        return False
+    value = <Node>node.children[1]
+    if shape == "?row":  # a map whose values are a union of scalars (skip_node's scalar_union)
+        return value.kind == K_MAP and value.child.kind == K_UNION and value.child.scalar_union
+    return value.kind == (<int>K_STRING if shape == "?string" else <int>K_LONG)
+
+
+cdef int _arm_layout(Node root) except -1:
+    global RAW_LAYOUT, RAW_OPS, KEY_VALUES, BEFORE_VALUES, AFTER_VALUES
+    RAW_LAYOUT = root.n == len(_RAW_LAYOUT)
+    for i in range(root.n if RAW_LAYOUT else 0):
+        name, shape = _RAW_LAYOUT[i]
+        if root.names[i] != name or not _shape_is(<Node>root.children[i], shape):
+            RAW_LAYOUT = False
+    if RAW_LAYOUT:
+        RAW_OPS = (<Node>root.children[1]).n
+        KEY_VALUES = (<Node>(<Node>root.children[18]).children[1]).child
+        BEFORE_VALUES = (<Node>(<Node>root.children[19]).children[1]).child
+        AFTER_VALUES = (<Node>(<Node>root.children[20]).children[1]).child
+    return 0
+
+
+cdef inline int _skip_opt_str(Reader* r) except -1:
+    if read_index(r, 2, "union") == 1:
+        skip_str(r)
+    return 0
+
+
+cdef inline int _skip_opt_long(Reader* r) except -1:
+    if read_index(r, 2, "union") == 1:
+        read_long(r)
+    return 0
+
+
+cdef int _skip_row(Reader* r, Node values, bint* nonempty) except -1:
+    """["null", map<scalar union>], as skip_node validates it; *nonempty: its first block has entries."""
+    cdef int64_t count, i
+    if read_index(r, 2, "union") == 0:
+        return 0
+    count = read_block_count(r)
+    nonempty[0] = count != 0
+    while count != 0:
+        i = 0
+        while i < count:
+            skip_str(r)
+            skip_scalar(values.scalar_kinds[read_index(r, values.n, "union")], r)
+            i += 1
+        count = read_block_count(r)
+    return 0
+
+
+cdef int scan_raw_layout(Reader* r, bint whole, LaneFields* f) except -1:
+    """scan_fields for the _RAW_LAYOUT schema, in straight-line code: every field read or validated
+    with the same readers scan_fields and skip_node use, in the same order. whole: to the last field,
+    else up to key (the emitter's prefix)."""
+    cdef int64_t count, i
+    cdef Py_ssize_t k
+    cdef bint ignored
+    f.xid = _lane_str(r, &f.xid_n)
+    f.op = read_index(r, RAW_OPS, "enum")
+    f.seq = read_long(r)
+    f.scn = read_long(r)
+    f.thread = read_long(r)
+    f.ts_ms = read_long(r)
+    if r.pos >= r.end:
+        _eof(r, "boolean")
+    f.undo = r.buf[r.pos] != 0
+    r.pos += 1
+    f.row_id = _lane_opt_str(r, &f.row_id_n)
+    f.subxid = _lane_opt_str(r, &f.subxid_n)
+    _skip_opt_str(r)  # savepoint
+    f.user = _lane_opt_str(r, &f.user_n)
+    f.client = _lane_opt_str(r, &f.client_n)
+    f.table = _lane_opt_str(r, &f.table_n)
+    _skip_opt_str(r)  # lob_column
+    _skip_opt_long(r)  # lob_offset
+    _skip_opt_long(r)  # lob_length
+    k = read_index(r, 3, "union")  # lob_data
+    if k == 1:
+        skip_str(r)
+    elif k == 2:
+        k = read_size(r)
+        r.pos += k
+    count = read_block_count(r)  # attrs: only whether it has an entry
+    f.has_attrs = count != 0
+    while count != 0:
+        i = 0
+        while i < count:
+            skip_str(r)
+            skip_str(r)
+            i += 1
+        count = read_block_count(r)
+    f.has_key = False
+    if not whole:
+        return 0
+    _skip_row(r, KEY_VALUES, &f.has_key)
+    _skip_row(r, BEFORE_VALUES, &ignored)
+    _skip_row(r, AFTER_VALUES, &ignored)
+    _skip_opt_str(r)  # ddl
+    return 0
+
+
 cdef bint lane_scan(bytes data, LaneFields* f) except -1:
     """Validate data as a whole RawEvent exactly as make_view does, and read the fields the lane needs
     in place. False when it is not a RawEvent (the Python path says why)."""
@@ -177,6 +314,41 @@ cdef bint lane_scan(bytes data, LaneFields* f) except -1:
     except Exception:  # as make_view: whatever the reader raises, it is not a RawEvent
         return False
     return r.pos == r.end
+
+
+def scan_both_ways(bytes data, bint whole):
+    """For the tests: scan_raw_layout's and _scan_tree's outcome on data (to the last field, or up to
+    key), each ("ok", end position, the fields read) or ("error", the exception's type and message).
+    None when the layout is not armed (enable_lane with the project's schema arms it)."""
+    cdef LaneFields f
+    cdef Reader r
+    if not RAW_LAYOUT:
+        return None
+    outcomes = []
+    for layout in (True, False):
+        r.buf = <const unsigned char*>_BUF(data)
+        r.pos = 0
+        r.end = PyBytes_GET_SIZE(data)
+        f.table = f.row_id = f.subxid = f.user = f.client = NULL
+        f.has_attrs = f.has_key = False
+        try:
+            if layout:
+                scan_raw_layout(&r, whole, &f)
+            else:
+                _scan_tree(&r, RAW_ROOT.n if whole else I_KEY, &f)
+        except Exception as exc:
+            outcomes.append(("error", type(exc).__name__, str(exc)))
+            continue
+        outcomes.append(("ok", r.pos, (
+            PyBytes_FromStringAndSize(f.xid, f.xid_n), f.op, f.seq, f.scn, f.thread, f.ts_ms, f.undo,
+            _opt_bytes(f.row_id, f.row_id_n), _opt_bytes(f.subxid, f.subxid_n), _opt_bytes(f.user, f.user_n),
+            _opt_bytes(f.client, f.client_n), _opt_bytes(f.table, f.table_n), f.has_attrs, f.has_key,
+        )))
+    return tuple(outcomes)
+
+
+cdef inline object _opt_bytes(const char* p, Py_ssize_t n):
+    return None if p == NULL else PyBytes_FromStringAndSize(p, n)
 
 
 cdef inline void _be64(char* p, uint64_t v) noexcept:

@@ -12,6 +12,7 @@ from processor.core import events as ev
 from processor.core.engine import Filters, PartitionEngine
 from processor.store.memory import MemoryStore
 from tests.enginekit import Record
+from tests.unit.test_codec_properties import raw_records
 from tests.unit.test_engine_properties import op_sequences
 
 pytestmark = pytest.mark.skipif(codec.BACKEND != "compiled", reason="the lane is compiled")
@@ -207,3 +208,47 @@ def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters):
     ]
     records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events_)]
     assert by_runs(records, filters, []) == by_record(records, filters)
+
+
+def _mutations(data: bytes, draw) -> bytes:
+    """data cut short, a byte changed, a byte inserted or bytes appended (hypothesis draws which)."""
+    kind = draw(st.sampled_from(["cut", "change", "insert", "append", "none"]))
+    if kind == "none" or not data:
+        return data
+    at = draw(st.integers(0, len(data) - 1))
+    byte = bytes([draw(st.integers(0, 255))])
+    if kind == "cut":
+        return data[:at]
+    if kind == "change":
+        return data[:at] + byte + data[at + 1 :]
+    if kind == "insert":
+        return data[:at] + byte + data[at:]
+    return data + byte
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=raw_records, data=st.data(), whole=st.booleans())
+def test_the_straight_line_scan_reads_and_refuses_as_the_schema_walk(record, data, whole):
+    """scan_fields' straight-line path for the project's RawEvent layout and its walk of the schema
+    tree: on any bytes, the same fields, the same end, or the same error."""
+    value = _mutations(ev.encode_raw(record), data.draw)
+    layout, tree = codec._compiled()["module"].scan_both_ways(value, whole)
+    assert layout == tree
+
+
+def test_the_straight_line_scan_reads_maps_written_in_blocks():
+    """A row image in two blocks, the first with a negative count and its byte size (Avro allows
+    it; fastavro never writes it): both paths read it whole and agree."""
+    record = {**ev.raw_event("x", ev.INSERT, 1, 2, table="s.t", key={"id": 1}), "after": None, "ddl": None}
+    head = ev.encode_raw(record)
+    assert head.endswith(b"\x00\x00")  # after: null, ddl: null
+    entry_a, entry_b = b"\x02a\x04\x0a", b"\x02b\x04\x0a"  # "a": 5, "b": 5 (the union's long branch is 2)
+    after = b"\x02" + b"\x01\x08" + entry_a + b"\x02" + entry_b + b"\x00"
+    value = head[:-2] + after + b"\x00"
+    assert ev.decode_raw(value)["after"] == {"a": 5, "b": 5}
+    ends = []
+    for whole in (True, False):
+        layout, tree = codec._compiled()["module"].scan_both_ways(value, whole)
+        assert layout == tree and layout[0] == "ok"
+        ends.append(layout[1])
+    assert ends[0] == len(value) and ends[1] == value.index(b"\x02\x02\x04id")  # whole; up to key
