@@ -34,6 +34,18 @@ cdef inline int64_t read_long(Reader* r) except? -1:
 
 
 cdef inline Py_ssize_t read_size(Reader* r) except -1:
+    # The common case inline: a one-byte length that fits (a name, a short value); anything else
+    # takes the general path, which reads the same byte again.
+    cdef unsigned char b
+    if r.pos < r.end:
+        b = r.buf[r.pos]
+        if b < 0x80 and (b & 1) == 0 and (b >> 1) < r.end - r.pos:
+            r.pos += 1
+            return b >> 1
+    return _read_size(r)
+
+
+cdef Py_ssize_t _read_size(Reader* r) except -1:
     cdef int64_t n = read_long(r)
     if n < 0 or n > r.end - r.pos:
         raise Malformed(f"length {n} at byte {r.pos} exceeds the {r.end - r.pos} bytes left")
@@ -65,7 +77,14 @@ cdef Py_ssize_t _read_index(Reader* r, Py_ssize_t n, str what) except -1:
 cdef inline int64_t read_block_count(Reader* r) except? -1:
     # A negative count is followed by the block's byte size, which fastavro reads and ignores;
     # the count of -2**63 negates to itself and reads no items.
-    cdef int64_t c = read_long(r)
+    cdef unsigned char b
+    cdef int64_t c
+    if r.pos < r.end:  # the common case inline: a one-byte count of 0 to 63
+        b = r.buf[r.pos]
+        if b < 0x80 and (b & 1) == 0:
+            r.pos += 1
+            return b >> 1
+    c = read_long(r)
     if c < 0:
         c = <int64_t>(0 - <uint64_t>c)
         read_long(r)
@@ -79,19 +98,23 @@ cdef inline str read_str(Reader* r):
     return s
 
 
-cdef bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+cdef inline bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
     """Well-formed UTF-8 as Python's strict decoder sees it (no surrogates, nothing past U+10FFFF)."""
     cdef Py_ssize_t i = 0
-    cdef uint64_t w
-    cdef unsigned char c, c1
     cdef unsigned char seen = 0
-    if n <= 32:  # most strings (names, short values): one pass that finds them ASCII
+    if n <= 32:  # most strings (names, short values): one pass, inline, that finds them ASCII
         while i < n:
             seen |= s[i]
             i += 1
         if seen < 0x80:
             return True
-        i = 0
+    return _utf8_valid(s, n)
+
+
+cdef bint _utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    cdef uint64_t w
+    cdef unsigned char c, c1
     while i < n:
         while i + 8 <= n:
             memcpy(&w, s + i, 8)

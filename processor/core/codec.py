@@ -44,6 +44,7 @@ from .codec_py import PyChangeStream, no_lane
 from .codec_py import partition_runs as py_partition_runs
 from .codec_py import staged_range as py_staged_range
 from .events import DecodeError
+from .txn import Txn
 
 __all__ = [
     "BACKEND",
@@ -285,6 +286,7 @@ def _compiled() -> dict[str, Any]:
     )
     fast.enable_change_key(_ev.change_key)
     fast.enable_lane(_ev.ROW_OPS, _ev.BEGIN, _ev.COMMIT)
+    fast.enable_txn_slots(Txn)
     encode = codecs["transaction_event"].encode
     fast.enable_transaction_writer(lambda *fields: encode(_ev.transaction_record(*fields)))
     return codecs

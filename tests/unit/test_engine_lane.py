@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from processor.core import codec
 from processor.core import events as ev
 from processor.core.engine import Filters, PartitionEngine
+from processor.core.txn import Txn
 from processor.store.memory import MemoryStore
 from tests.enginekit import Record
 from tests.unit.test_codec_properties import raw_records
@@ -134,7 +135,20 @@ def test_apply_records_equals_apply_record_by_record(events, filters, cuts, extr
     assert by_runs(renumbered, filters, cuts) == by_record(renumbered, filters)
 
 
-def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes():
+@pytest.fixture(params=["slots", "attributes"])
+def txn_access(request):
+    """The lane reaches Txn's attributes through their slots (codec.enable_txn_slots), or, for a
+    class that does not have them all as slots, by plain attribute access."""
+    module = codec._compiled()["module"]
+    if request.param == "attributes":
+        assert module.enable_txn_slots(type("NoSlots", (), {})) is False
+    try:
+        yield request.param
+    finally:
+        assert module.enable_txn_slots(Txn) is True
+
+
+def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes(txn_access):
     store = MemoryStore()
     engine = PartitionEngine(0, store)
     begin = ev.raw_event("x", ev.BEGIN, 0, 1, user="app")
@@ -155,7 +169,7 @@ def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes():
 @pytest.mark.parametrize(
     "bad", ["garbage", "trailing", "truncated", "bad_utf8", "null_table", "no_key", "empty_xid", "misplaced"]
 )
-def test_the_lane_hands_back_every_record_apply_dead_letters(bad):
+def test_the_lane_hands_back_every_record_apply_dead_letters(bad, txn_access):
     """Amid plain changes of an open transaction the lane would take, a bad one goes to apply(): one
     dead letter at its offset, and the same state as record by record."""
     change = ev.raw_event("x", ev.INSERT, 2, 2, table="s.t", key={"id": 1}, row_id="r1")
@@ -190,7 +204,7 @@ def test_the_lane_hands_back_every_record_apply_dead_letters(bad):
 
 
 @pytest.mark.parametrize("filters", FILTERS[:3])
-def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters):
+def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters, txn_access):
     """BEGIN of a new transaction and COMMIT of an open one, also when the identity first arrives
     with the COMMIT (then a user filter can still drop the transaction), a BEGIN that restarts an
     open transaction and a late BEGIN of a finished one."""
