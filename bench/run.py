@@ -192,7 +192,7 @@ class Bench:
             self.workloads["many_open"] = wl.write_many_open(self.bootstrap, "raw.many", s["many_open"])
         if "cold_rebuild" in only:
             self.workloads["cold"] = wl.write_open_only(self.bootstrap, "raw.cold", s["cold"])
-        if "ordering" in only and global_ordering_implemented():
+        if "ordering" in only:
             self.workloads["ordering"] = wl.write_steady(self.bootstrap, "raw.ord", s["ordering"], seed=7)
         for k, w in self.workloads.items():
             out[k] = {kk: v for kk, v in w.__dict__.items()}
@@ -409,12 +409,6 @@ class Bench:
         }
 
     def ordering(self, run: int) -> dict:
-        if not global_ordering_implemented():
-            return {
-                "status": "n/a",
-                "reason": "ordering=global is not implemented by the processor "
-                "(no global release path in processor/*.py)",
-            }
         w = self.workloads["ordering"]
         out = {}
         for mode in ("partition", "global"):
@@ -484,21 +478,6 @@ class Bench:
         from bench import capture_bench
 
         return capture_bench.run(self.bootstrap, transactions=self.sizes["capture"])
-
-
-def global_ordering_implemented() -> bool:
-    """True when the processor has a code path for ordering=global beyond labelling END records."""
-    import processor
-
-    pkg = Path(processor.__file__).parent
-    # Only the loop decides release order; labels, metrics and verifiers do not count.
-    for path in [pkg / "runner.py", pkg / "emitter.py", pkg / "engine.py", *pkg.glob("*order*.py")]:
-        if not path.is_file():
-            continue
-        text = path.read_text()
-        if 'ordering == "global"' in text or "max_hold_ms" in text or "GlobalOrder" in text:
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------- report
