@@ -108,7 +108,6 @@ def enable_lane(row_ops, str begin, str commit):
     checked here."""
     global LANE_READY
     cdef Node root = RAW_ROOT
-    cdef Node node
     if root is None:
         raise RuntimeError("enable_lane before RawCodec")
     expected = {  # field position -> (what the lane reads, its Avro shape)
@@ -121,15 +120,7 @@ def enable_lane(row_ops, str begin, str commit):
     for i in range(MAX_FIELDS):
         LANE_READ[i] = L_SKIP
     for i, (read, shape) in expected.items():
-        node = <Node>root.children[i]
-        if shape.startswith("?"):
-            ok = node.kind == K_UNION and node.n == 2 and (<Node>node.children[0]).kind == K_NULL and (
-                (<Node>node.children[1]).kind == (K_STRING if shape == "?string" else K_MAP))
-        else:
-            kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN,
-                     "map": K_MAP}
-            ok = node.kind == kinds[shape]
-        if not ok:
+        if not _shape_is(<Node>root.children[i], shape):
             raise NotImplementedError(f"RawEvent field {RAW_NAMES[i]!r} is not {shape}: the lane cannot read it")
         LANE_READ[i] = read
     _arm_layout(root)
@@ -165,8 +156,6 @@ cdef inline const char* _lane_opt_str(Reader* r, Py_ssize_t* n) except? NULL:
 cdef int scan_fields(Reader* r, Py_ssize_t stop, LaneFields* f) except -1:
     """Read RawEvent fields 0..stop-1 from r, validating each as make_view does (UTF-8 included) and
     keeping the ones LANE_READ names in f, in place: no Python object. Raises what the reader raises."""
-    f.table = f.row_id = f.subxid = f.user = f.client = NULL
-    f.has_attrs = f.has_key = False
     if RAW_LAYOUT and (stop == RAW_ROOT.n or stop == I_KEY):
         return scan_raw_layout(r, stop == RAW_ROOT.n, f)
     return _scan_tree(r, stop, f)
@@ -178,6 +167,8 @@ cdef int _scan_tree(Reader* r, Py_ssize_t stop, LaneFields* f) except -1:
     cdef Node node
     cdef Py_ssize_t i, at
     cdef int read
+    f.table = f.row_id = f.subxid = f.user = f.client = NULL  # the fields it does not reach (stop)
+    f.has_attrs = f.has_key = False
     for i in range(stop):
         read = LANE_READ[i]
         if read == L_SKIP:
@@ -235,9 +226,10 @@ _RAW_LAYOUT = (
 
 
 cdef bint _shape_is(Node node, str shape) except -1:
-    """Whether node has this _RAW_LAYOUT shape."""
+    """Whether node has this shape (enable_lane's and _RAW_LAYOUT's): a primitive, "map" (any values),
+    "map<string>", "null|string|bytes", or ["null", X] as "?string", "?long", "?map" or "?row"."""
     cdef Node value
-    kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN}
+    kinds = {"string": K_STRING, "enum": K_ENUM, "long": K_LONG, "int": K_INT, "boolean": K_BOOLEAN, "map": K_MAP}
     if shape in kinds:
         return node.kind == kinds[shape]
     if shape == "map<string>":
@@ -250,7 +242,7 @@ cdef bint _shape_is(Node node, str shape) except -1:
     value = <Node>node.children[1]
     if shape == "?row":  # a map whose values are a union of scalars (skip_node's scalar_union)
         return value.kind == K_MAP and value.child.kind == K_UNION and value.child.scalar_union
-    return value.kind == (<int>K_STRING if shape == "?string" else <int>K_LONG)
+    return value.kind == kinds[shape[1:]]
 
 
 cdef int _arm_layout(Node root) except -1:
@@ -375,8 +367,6 @@ def scan_both_ways(bytes data, bint whole):
         r.buf = <const unsigned char*>_BUF(data)
         r.pos = 0
         r.end = PyBytes_GET_SIZE(data)
-        f.table = f.row_id = f.subxid = f.user = f.client = NULL
-        f.has_attrs = f.has_key = False
         try:
             if layout:
                 scan_raw_layout(&r, whole, &f)
@@ -496,7 +486,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
             txn = open_txns.get(xid)
             if txn is None:
                 break
-            slots = TXN_TYPE is not None and type(txn) is TXN_TYPE
+            slots = type(txn) is TXN_TYPE
             if _txn_get(txn, slots, T_FILTERED):
                 break
             if (f.user != NULL or f.client != NULL) and not _txn_get(txn, slots, T_IDENTITY_SEEN):

@@ -33,15 +33,23 @@ cdef inline int64_t read_long(Reader* r) except? -1:
     return <int64_t>((n >> 1) ^ (0 - (n & 1)))
 
 
-cdef inline Py_ssize_t read_size(Reader* r) except -1:
-    # The common case inline: a one-byte length that fits (a name, a short value); anything else
-    # takes the general path, which reads the same byte again.
+cdef inline int small_varint(Reader* r) noexcept:
+    """The value (0-63) of a one-byte, non-negative varint at r.pos, not consumed; -1 otherwise.
+    The readers below take their common case inline with it, and their general path reads the same
+    byte again."""
     cdef unsigned char b
     if r.pos < r.end:
         b = r.buf[r.pos]
-        if b < 0x80 and (b & 1) == 0 and (b >> 1) < r.end - r.pos:
-            r.pos += 1
+        if b < 0x80 and (b & 1) == 0:
             return b >> 1
+    return -1
+
+
+cdef inline Py_ssize_t read_size(Reader* r) except -1:
+    cdef int k = small_varint(r)  # a short length that fits (a name, a short value)
+    if 0 <= k < r.end - r.pos:
+        r.pos += 1
+        return k
     return _read_size(r)
 
 
@@ -53,14 +61,10 @@ cdef Py_ssize_t _read_size(Reader* r) except -1:
 
 
 cdef inline Py_ssize_t read_index(Reader* r, Py_ssize_t n, str what) except -1:
-    # The common case inline: a one-byte, non-negative index in range (a union branch, an enum
-    # symbol of the first 64); anything else takes the general path.
-    cdef unsigned char b
-    if r.pos < r.end:
-        b = r.buf[r.pos]
-        if b < 0x80 and (b & 1) == 0 and (b >> 1) < n:
-            r.pos += 1
-            return b >> 1
+    cdef int k = small_varint(r)  # an index in range (a union branch, an enum symbol of the first 64)
+    if 0 <= k < n:
+        r.pos += 1
+        return k
     return _read_index(r, n, what)
 
 
@@ -77,13 +81,10 @@ cdef Py_ssize_t _read_index(Reader* r, Py_ssize_t n, str what) except -1:
 cdef inline int64_t read_block_count(Reader* r) except? -1:
     # A negative count is followed by the block's byte size, which fastavro reads and ignores;
     # the count of -2**63 negates to itself and reads no items.
-    cdef unsigned char b
-    cdef int64_t c
-    if r.pos < r.end:  # the common case inline: a one-byte count of 0 to 63
-        b = r.buf[r.pos]
-        if b < 0x80 and (b & 1) == 0:
-            r.pos += 1
-            return b >> 1
+    cdef int64_t c = small_varint(r)  # a count of 0 to 63
+    if c >= 0:
+        r.pos += 1
+        return c
     c = read_long(r)
     if c < 0:
         c = <int64_t>(0 - <uint64_t>c)
