@@ -10,6 +10,9 @@ import time
 import psutil
 import pytest
 
+from processor.core.events import raw_event
+from processor.core.partitioning import partition_of
+from processor.kafka.rawtopic import RawTopicWriter
 from processor.testing.verify import verify
 
 from .processor_kit import Topics, config, run_args, write_workload
@@ -71,14 +74,25 @@ def test_a_member_taking_over_partitions_at_their_available_now_target_rebuilds_
     assert done.returncode == 0, done.stderr[-3000:]
     assert_exact(verify(broker.bootstrap, expected, topics.changes, topics.transactions))
 
+    # One partition gets a record past the first run's end: the BEGIN of a transaction left open, so
+    # nothing new is emitted. Without it every partition is committed at its target, and a member
+    # whose first poll ends before its assignment arrives (a loaded machine) is rightly done holding
+    # nothing: it would never take a partition over. With it, the member waits for its assignment.
+    writer = RawTopicWriter(broker.bootstrap, topics.raw, create=False)
+    writer.write(raw_event("open-after-the-first-run", "BEGIN", 0, 10**9))
+    writer.flush()
+    reading = partition_of("open-after-the-first-run", 4)
+    at_target = sorted({0, 1, 2, 3} - {reading})
+
     # A member with no local store, as a worker that takes over a finished member's partitions.
     second = config(broker.bootstrap, topics, tmp_path / "second")
     again = subprocess.run([*run_args(second), "--available-now"], capture_output=True, timeout=300, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     events = [json.loads(line) for line in again.stderr.splitlines() if line.startswith("{")]
     paused = [p for e in events if e["event"] == "partition.nothing_to_read" for p in e["partitions"]]
-    assert sorted(paused) == [0, 1, 2, 3]
-    assert not [e for e in events if e["event"] == "index.rebuilt"]
+    assert sorted(paused) == at_target
+    rebuilt = [int(p) for e in events if e["event"] == "index.rebuilt" for p in e["found"]]
+    assert rebuilt == [reading]  # only the partition with a record to read
     assert [e["source"] for e in events if e["event"] == "partition.assigned"] == ["rebuild-empty"] * 4
     report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
     assert_exact(report)
