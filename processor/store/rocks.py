@@ -64,6 +64,13 @@ def _consumed(*_: object) -> None:
     raise RuntimeError("this batch was written already: take a new one from store.batch()")
 
 
+# L0 files before RocksDB compacts them into a lower level (its default: 4), and the counts at which
+# it slows and stops writes (20 and 36 by default), kept as far above it as the defaults are.
+L0_COMPACTION_TRIGGER = 16
+L0_SLOWDOWN_WRITES = 48
+L0_STOP_WRITES = 64
+
+
 class RocksStore(Store):
     """rocksdict in raw mode: keys and values are bytes, ordered bytewise."""
 
@@ -80,6 +87,16 @@ class RocksStore(Store):
         opts.set_write_buffer_size(write_buffer_mb << 20)
         opts.set_max_write_buffer_number(2)
         opts.set_compression_type(DBCompressionType.lz4())
+        # A buffered transaction is written once, read once at its commit, then deleted: compacting
+        # it before that is wasted work, and a large one was compacted (a 16 MB memtable holds ~80k
+        # changes: 500k are 6 L0 files, 1M 13). Its flushed files overlap, as each also holds the
+        # partition's write-ahead marker (keys.ahead_key, before every event key), so a compaction
+        # rewrote them whole. At the default trigger a 1M-change transaction took 7.8-8.3 CPU us per
+        # change to buffer and emit (the compaction's threads included), at 16 5.6-5.7
+        # (bench.huge_inproc; docs/benchmarks.md, session 35).
+        opts.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
+        opts.set_level_zero_slowdown_writes_trigger(L0_SLOWDOWN_WRITES)
+        opts.set_level_zero_stop_writes_trigger(L0_STOP_WRITES)
         table = BlockBasedOptions()
         table.set_block_cache(Cache(block_cache_mb << 20))
         opts.set_block_based_table_factory(table)
