@@ -88,7 +88,7 @@ class RocksStore(Store):
         opts.set_max_write_buffer_number(2)
         opts.set_compression_type(DBCompressionType.lz4())
         # A buffered transaction is written once, read once at its commit, then deleted: compacting
-        # it before that is wasted work, and a large one was compacted (a 16 MB memtable holds ~80k
+        # it before that is wasted work, and a large one was compacted (a 16 MB memtable holds ~75k
         # changes: 500k are 6 L0 files, 1M 13). Its flushed files overlap, as each also holds the
         # partition's write-ahead marker (keys.ahead_key, before every event key), so a compaction
         # rewrote them whole. At the default trigger a 1M-change transaction took 7.8-8.3 CPU us per

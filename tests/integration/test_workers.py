@@ -78,11 +78,11 @@ def test_a_member_taking_over_partitions_at_their_available_now_target_rebuilds_
     # nothing new is emitted. Without it every partition is committed at its target, and a member
     # whose first poll ends before its assignment arrives (a loaded machine) is rightly done holding
     # nothing: it would never take a partition over. With it, the member waits for its assignment.
-    writer = RawTopicWriter(broker.bootstrap, topics.raw, create=False)
-    writer.write(raw_event("open-after-the-first-run", "BEGIN", 0, 10**9))
+    writer, xid = RawTopicWriter(broker.bootstrap, topics.raw, create=False), "open-after-the-first-run"
+    writer.write(raw_event(xid, "BEGIN", 0, 10**9))
     writer.flush()
-    reading = partition_of("open-after-the-first-run", 4)
-    at_target = sorted({0, 1, 2, 3} - {reading})
+    reading = partition_of(xid, writer.partitions)
+    at_target = sorted(set(range(writer.partitions)) - {reading})
 
     # A member with no local store, as a worker that takes over a finished member's partitions.
     second = config(broker.bootstrap, topics, tmp_path / "second")
