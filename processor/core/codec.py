@@ -361,6 +361,12 @@ else:
     decode_transaction, encode_transaction = _ev.decode_transaction, _ev.encode_transaction
     decode_outcome, encode_outcome = _ev.decode_outcome, _ev.encode_outcome
 
+
+def compiled_module() -> Any | None:
+    """The compiled extension (processor.core._avro_fast) when it runs, else None."""
+    return None if _codecs is None else _codecs["module"]
+
+
 _announced = False
 
 

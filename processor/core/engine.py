@@ -15,6 +15,7 @@ from typing import Any
 from processor.core import codec, incomplete, keys, stored
 from processor.core import events as ev
 from processor.core.actions import Action, Committed, DeadLetter, Finished
+from processor.core.construct import constructor
 from processor.core.filters import Filters
 from processor.core.stats import Stats
 from processor.core.store import Batch, Store
@@ -38,6 +39,9 @@ STAGE_HORIZON = 50_000
 STAGE_MAX_AGE_MS = 10_000
 # Ops that read a transaction's buffered events back from the store (a staged one is spilled first).
 _READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_ABORT}
+# The objects built once per transaction, built in C on the compiled backend (construct.py).
+_new_txn, _new_commit = constructor(Txn), constructor(Commit)
+_committed, _finished = constructor(Committed), constructor(Finished)
 
 
 class PartitionEngine:
@@ -212,7 +216,7 @@ class PartitionEngine:
     def _open(self, xid: str, offset: int, ts_ms: int) -> Txn:
         # Positional (partition, xid, first_offset, prefix, first_ts_ms), the prefix made here: one
         # is built per transaction, and keywords and __post_init__ made it twice as expensive.
-        txn = Txn(self.partition, xid, offset, keys.txn_prefix(self.partition, xid), ts_ms)
+        txn = _new_txn(self.partition, xid, offset, keys.txn_prefix(self.partition, xid), ts_ms)
         txn.staged = {}
         self._staging.append(txn)
         self.open[xid] = txn
@@ -379,7 +383,7 @@ class PartitionEngine:
 
     def _commit(self, txn: Txn, offset: int, scn: int, ts_ms: int, thread: int) -> list[Action]:
         self._advance_watermark(scn)
-        txn.commit = Commit(scn, ts_ms, thread, offset)
+        txn.commit = _new_commit(scn, ts_ms, thread, offset)
         del self.open[txn.xid]
         if txn.filtered:
             self._drop_all(txn)
@@ -392,7 +396,7 @@ class PartitionEngine:
         if txn.staged is None:
             self._dirty.add(txn.xid)
         self.stats.committed += 1
-        return [Committed(txn)]
+        return [_committed(txn)]
 
     # ------------------------------------------------------------------ incomplete transactions
 
@@ -542,7 +546,7 @@ class PartitionEngine:
         self.fifo.append((offset, xid, fifo_key))
         self.batch.put(fifo_key, outcome.encode())
         self._dirty.add(xid)
-        return Finished(self.partition, xid, offset, outcome)
+        return _finished(self.partition, xid, offset, outcome)
 
     def _dead(self, offset: int, key: bytes | None, value: bytes | None, reason: str) -> list[Action]:
         self.stats.dead_letters += 1
