@@ -658,12 +658,35 @@ class PartitionEngine:
         self.batch = self.store.batch()
 
     def _prune_completed(self) -> None:
+        """Drop the oldest entries of the completed index that are below the low watermark, down to
+        min_completed, once it holds a chunk (a tenth of min_completed) more than that: it keeps
+        between min_completed and min_completed plus a chunk.
+
+        A chunk's FIFO keys go with one range delete, not one delete each: a point delete costs
+        RocksDB a memtable entry (~5.5k instructions, a twelfth of a small transaction's whole cost).
+        Completion order is not quite offset order (a commit finishes once its outputs are
+        acknowledged, a rollback at once), so the range ends at the smallest offset kept, and a
+        pruned entry at or above it is deleted on its own."""
+        fifo, keep = self.fifo, self.min_completed
+        if len(fifo) <= keep + max(1, keep // 10):
+            return
         low = self.low_watermark()
-        while len(self.fifo) > self.min_completed and self.fifo[0][0] < low:
-            offset, xid, fifo_key = self.fifo.popleft()
-            if self.completed.get(xid, (None,))[0] == offset:
-                del self.completed[xid]
-            self.batch.delete(fifo_key)
+        completed = self.completed
+        pruned: list[tuple[int, bytes]] = []
+        while len(fifo) > keep and fifo[0][0] < low:
+            offset, xid, fifo_key = fifo.popleft()
+            if completed.get(xid, (None,))[0] == offset:
+                del completed[xid]
+            pruned.append((offset, fifo_key))
+        if not pruned:
+            return
+        kept_from = min((offset for offset, _, _ in fifo), default=None)
+        start = keys.partition_prefix(keys.FIFO, self.partition)
+        end = keys.upper_bound(start) if kept_from is None else keys.fifo_key_bound(self.partition, kept_from)
+        self.batch.delete_range(start, end)
+        for offset, fifo_key in pruned:
+            if kept_from is not None and offset >= kept_from:
+                self.batch.delete(fifo_key)
 
     @classmethod
     def restore(

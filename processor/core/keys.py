@@ -107,6 +107,11 @@ def fifo_key(partition: int, offset: int, xid: str) -> bytes:
     return FIFO + _PQ.pack(partition, offset) + xid.encode()
 
 
+def fifo_key_bound(partition: int, offset: int) -> bytes:
+    """The smallest FIFO key of the partition at `offset`: every key below it is at a lower offset."""
+    return FIFO + _PQ.pack(partition, offset)
+
+
 def fifo_decode(key: bytes) -> tuple[int, str]:
     offset = _Q.unpack_from(key, 5)[0]
     return offset, key[13:].decode()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processor.core import events as ev
 from processor.core import keys
 from processor.core.engine import DeadLetter, Filters, Finished, PartitionEngine
 from processor.core.txn import ABANDONED, COMMITTED, FILTERED, ROLLED_BACK
+from processor.store.memory import MemoryStore
+from processor.store.rocks import RocksStore
 
 from ..enginekit import R, dele, ins, new_run, upd
 
@@ -459,6 +465,48 @@ def test_completed_index_is_pruned_below_the_low_watermark(store):
     assert len(run.engine.completed) == 2
     restored = PartitionEngine.restore(0, store, min_completed=2)
     assert set(restored.completed) == {"t4", "t5"}
+
+
+def _settle_all(run) -> None:
+    for _ in range(2):  # the changes, then the ENDs
+        run.sink.ack_all()
+        run.emitter.advance()
+    run.engine.checkpoint()
+
+
+@given(st.lists(st.sampled_from(["commit", "commit_acked_later", "rollback", "ack"]), max_size=60), st.integers(0, 12))
+@settings(max_examples=60, deadline=None)
+def test_the_stored_completed_index_is_the_one_in_memory_whatever_the_completion_order(steps, keep):
+    """Pruned a chunk at a time by a range delete (engine._prune_completed), the FIFO keys in the
+    store stay exactly the entries of the index in memory, though completion order is not offset
+    order: a commit whose outputs are acknowledged later finishes after rollbacks at higher offsets.
+    Once nothing holds the low watermark back, at most a chunk more than the minimum is kept."""
+    chunk = max(1, keep // 10)
+    with tempfile.TemporaryDirectory() as state:
+        for store in (MemoryStore(), RocksStore(state)):
+            run = new_run(store)
+            run.engine.min_completed = keep
+            run.sink.auto_ack = False
+            fifo_prefix = keys.partition_prefix(keys.FIFO, 0)
+
+            for i, step in enumerate(steps):
+                xid = f"t{i}"
+                if step == "ack":
+                    _settle_all(run)
+                elif step == "rollback":
+                    run.feed(ins(xid, 1, i), R(xid, ev.ROLLBACK, 2))
+                else:
+                    run.feed(ins(xid, 1, i), R(xid, ev.COMMIT, 2))
+                    if step == "commit":
+                        _settle_all(run)
+                assert {k for k, _ in store.scan_prefix(fifo_prefix)} == {k for _, _, k in run.engine.fifo}
+                if run.engine.completed:  # a checkpoint wrote them, and the position with them
+                    restored = PartitionEngine.restore(0, store, min_completed=keep)
+                    assert restored is not None and restored.completed == run.engine.completed
+            _settle_all(run)
+            finished = len(steps) - steps.count("ack")
+            assert min(keep, finished) <= len(run.engine.completed) <= keep + chunk
+            store.close()
 
 
 def test_abandoned_transaction_is_dropped_and_its_late_commit_reported(store):
