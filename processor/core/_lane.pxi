@@ -9,7 +9,7 @@
 #     configured): the raw bytes go to the batch (or the transaction's staged writes) under the
 #     event key, plus the row_id and subxid index entries, exactly as PartitionEngine._change
 #     writes them;
-#   * the BEGIN of a transaction the engine does not know (engine._open, engine._identify);
+#   * the BEGIN of a transaction the engine does not know (engine._open, which identifies it);
 #   * the COMMIT of an open transaction whose identity is known or that carries none (engine._commit).
 # It stops at the first record it does not handle and returns its index; the engine applies that
 # one on the Python path.
@@ -468,9 +468,10 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
             if kind == O_BEGIN:
                 if xid in open_txns or xid in completed or xid in pending:
                     break  # a restart from the start, or a late BEGIN: the Python path
-                txn = engine._open(xid, offset, ts)
                 if f.user != NULL or f.client != NULL:
-                    engine._identify(txn, _opt_str(f.user, f.user_n), _opt_str(f.client, f.client_n))
+                    engine._open(xid, offset, ts, _opt_str(f.user, f.user_n), _opt_str(f.client, f.client_n))
+                else:
+                    engine._open(xid, offset, ts)
             elif kind == O_COMMIT:
                 txn = open_txns.get(xid)
                 if txn is None or (not txn.identity_seen and (f.user != NULL or f.client != NULL)):

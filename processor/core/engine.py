@@ -210,18 +210,27 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ ops
 
-    # _open, _identify and _commit are also called by the compiled lane (codec.buffer_changes), for
-    # a BEGIN of a new transaction and a COMMIT of an open one.
+    # _open and _commit are also called by the compiled lane (codec.buffer_changes), for a BEGIN of
+    # a new transaction (with its user and client) and a COMMIT of an open one.
 
-    def _open(self, xid: str, offset: int, ts_ms: int) -> Txn:
-        # Positional (partition, xid, first_offset, prefix, first_ts_ms), the prefix made here: one
-        # is built per transaction, and keywords and __post_init__ made it twice as expensive.
-        txn = _new_txn(self.partition, xid, offset, keys.txn_prefix(self.partition, xid), ts_ms)
+    def _open(self, xid: str, offset: int, ts_ms: int, user: str | None = None, client: str | None = None) -> Txn:
+        # Positional (partition, xid, first_offset, prefix, first_ts_ms, user, client, identity_seen),
+        # the prefix made here: one is built per transaction, and keywords and __post_init__ made it
+        # twice as expensive. A BEGIN that names its user or client identifies the transaction here,
+        # as _identify does, unless an identity filter may drop it: then _identify decides.
+        identified = user is not None or client is not None
+        prefix = keys.txn_prefix(self.partition, xid)
+        if identified and not self._identity_filtered:
+            txn = _new_txn(self.partition, xid, offset, prefix, ts_ms, user, client, True)
+        else:
+            txn = _new_txn(self.partition, xid, offset, prefix, ts_ms)
         txn.staged = {}
         self._staging.append(txn)
         self.open[xid] = txn
         # Not marked dirty: a staged transaction's metadata is not stored (checkpoint), and _spill
         # marks it when it goes to the store. _identify and _commit mark only a spilled one.
+        if identified and self._identity_filtered:
+            self._identify(txn, user, client)
         return txn
 
     def _identify(self, txn: Txn, user: str | None, client: str | None) -> None:

@@ -135,11 +135,15 @@ class Emitter:
                 em.changes_settled = False
             self.changes_emitted += sent
         em.all_sent = True
-        # An END may go at once under exactly_once, or to a sink that writes synchronously. Otherwise
+        # A sink that writes synchronously has acknowledged the changes already: END goes, and the
+        # transaction finishes. Under exactly_once END goes at once, with no settlement: the batch's
+        # Kafka transaction commits it with its changes, and the batch's end finishes it. Otherwise
         # the changes just sent are unacknowledged until a settlement, which only advance() makes:
         # the batch's advance (processor.kafka.delivery) sends the ENDs.
-        if not self.end_waits_for_acks or self._settled is _always_settled:
+        if self._settled is _always_settled:
             self.advance()
+        elif not self.end_waits_for_acks:
+            self._send_ends()
 
     def _check(self, err: object | None) -> None:
         if err is not None:
@@ -172,18 +176,7 @@ class Emitter:
         self.raise_failures()
         if settled and self._unsettled:
             self.settle()
-        to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
-        ended = False
-        while to_end:
-            em = to_end[0]
-            if not em.all_sent or (wait_for_acks and not em.changes_settled):
-                break  # later ENDs wait, so END order follows commit order
-            to_end.popleft()
-            em.end_sent = True
-            self._unsettled.append(em)
-            ended = True
-            end = transaction_bytes("END", em.txn, self.ordering, em.stream.produced, em.stream.tables)
-            self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
+        ended = self._send_ends()
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
             self.raise_failures()
             self.settle()
@@ -197,6 +190,23 @@ class Emitter:
             if self.on_complete is not None:
                 self.on_complete(em)
         return finished
+
+    def _send_ends(self) -> bool:
+        """Send the END of each emission, in release order, whose changes are all sent and, unless
+        END need not wait for them (exactly_once), acknowledged. True if any went."""
+        to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
+        ended = False
+        while to_end:
+            em = to_end[0]
+            if not em.all_sent or (wait_for_acks and not em.changes_settled):
+                break  # later ENDs wait, so END order follows commit order
+            to_end.popleft()
+            em.end_sent = True
+            self._unsettled.append(em)
+            ended = True
+            end = transaction_bytes("END", em.txn, self.ordering, em.stream.produced, em.stream.tables)
+            self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
+        return ended
 
     def pending_for(self, engine: PartitionEngine) -> int:
         return sum(1 for em in self.queue if em.engine is engine)
