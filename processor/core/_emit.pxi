@@ -19,6 +19,9 @@ cdef class ChangeStream:
     cdef public Py_ssize_t sent         # changes send_all handed to send
     cdef public object last_seq         # seq of the last of them (set by the caller before)
     cdef object _counted                # the table ("" for none) of the last change numbered
+    # send_all's change from _next_in_place, in fields rather than a tuple per change
+    cdef object _out_key, _out_value, _out_op
+    cdef int64_t _out_seq
 
     def __init__(self, ChangeWriter writer not None, Py_ssize_t produced, dict tables not None):
         self.writer, self.produced, self.tables = writer, produced, tables
@@ -56,7 +59,7 @@ cdef class ChangeStream:
         handed over as call(value, kafka_key, a, b), a C call with no Python frame; when that call
         raises, the change goes through send, the sink's own path (it waits for room, handles an
         oversized record, or raises the error itself)."""
-        cdef object out, call = None, a = None, b = None
+        cdef object out, key, value, seq, op, call = None, a = None, b = None
         cdef Py_ssize_t numbered
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
@@ -65,19 +68,30 @@ cdef class ChangeStream:
         for _, raw in pairs:
             numbered = self.produced
             try:
-                out = self._next(raw) if type(raw) is bytes else self.next(raw)  # no Python call per change
+                if type(raw) is not bytes:
+                    out = self.next(raw)
+                elif self.writer._fast:
+                    out = self._next_in_place(raw, True)  # the common case: no tuple per change
+                    if out is NotImplemented:
+                        out = self._next_decoded(raw)
+                else:
+                    out = self._next_decoded(raw)
                 if out is None:
                     continue
-                _hand_over(call, a, b, send, failed, (<tuple>out)[0], (<tuple>out)[1])
+                if out is True:
+                    key, value, seq, op = self._out_key, self._out_value, self._out_seq, self._out_op
+                else:
+                    key, value, seq, op = (<tuple>out)[0], (<tuple>out)[1], (<tuple>out)[2], (<tuple>out)[4]
+                _hand_over(call, a, b, send, failed, key, value)
             except BaseException:
                 if self.produced > numbered:
                     self.produced -= 1
                     self.tables[self._counted] -= 1
                 raise
             self.sent += 1
-            self.last_seq = (<tuple>out)[2]
-            if tombstone_after is not None and (<tuple>out)[4] == tombstone_after:
-                _hand_over(call, a, b, send, failed, (<tuple>out)[0], None)
+            self.last_seq = seq
+            if tombstone_after is not None and op == tombstone_after:
+                _hand_over(call, a, b, send, failed, key, None)
 
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment
@@ -88,12 +102,16 @@ cdef class ChangeStream:
 
     cdef object _next(self, bytes raw):
         """next() once the stream is known to be initialised: in place when it can, else decoded."""
-        cdef Py_ssize_t body_at
-        cdef list vals
         if self.writer._fast:
-            out = self._next_in_place(raw)
+            out = self._next_in_place(raw, False)
             if out is not NotImplemented:
                 return out
+        return self._next_decoded(raw)
+
+    cdef object _next_decoded(self, bytes raw):
+        """next() through the decoded prefix fields: an event with attrs, or a writer not _fast."""
+        cdef Py_ssize_t body_at
+        cdef list vals
         if self._vals is None:
             self._vals = [None] * I_KEY
         vals = self._vals
@@ -109,9 +127,10 @@ cdef class ChangeStream:
         return (kafka_key, value, vals[I_SEQ], table or "", op)
 
 
-    cdef object _next_in_place(self, bytes raw):
+    cdef object _next_in_place(self, bytes raw, bint to_fields):
         """next() with the prefix fields read in place and the ChangeEvent written from them
-        (encode_change_in_place); NotImplemented when the event has attrs (the general path)."""
+        (encode_change_in_place); NotImplemented when the event has attrs (the general path). With
+        to_fields, the change goes to _out_key, _out_value, _out_seq and _out_op and True is returned."""
         cdef Reader r
         cdef Node root = RAW_ROOT
         cdef LaneFields f
@@ -157,6 +176,9 @@ cdef class ChangeStream:
         value = encode_change_in_place(self.writer, op_index, f.seq, f.scn, f.ts_ms, f.table, f.table_n, f.row_id,
                                        f.row_id_n, raw, body_at, total_order, collection_order)
         op = (<Node>root.children[I_OP]).symbols[f.op]
+        if to_fields:
+            self._out_key, self._out_value, self._out_seq, self._out_op = kafka_key, value, f.seq, op
+            return True
         return (kafka_key, value, f.seq, t or "", op)
 
 
