@@ -68,14 +68,8 @@ cdef class ChangeStream:
         for _, raw in pairs:
             numbered = self.produced
             try:
-                if type(raw) is not bytes:
-                    out = self.next(raw)
-                elif self.writer._fast:
-                    out = self._next_in_place(raw, True)  # the common case: no tuple per change
-                    if out is NotImplemented:
-                        out = self._next_decoded(raw)
-                else:
-                    out = self._next_decoded(raw)
+                # no Python call per change, and in the common case no tuple either (True)
+                out = self._next(raw, True) if type(raw) is bytes else self.next(raw)
                 if out is None:
                     continue
                 if out is True:
@@ -98,20 +92,17 @@ cdef class ChangeStream:
         (merged into its change by the fragment path, never emitted alone)."""
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
-        return self._next(raw)
+        return self._next(raw, False)
 
-    cdef object _next(self, bytes raw):
-        """next() once the stream is known to be initialised: in place when it can, else decoded."""
-        if self.writer._fast:
-            out = self._next_in_place(raw, False)
-            if out is not NotImplemented:
-                return out
-        return self._next_decoded(raw)
-
-    cdef object _next_decoded(self, bytes raw):
-        """next() through the decoded prefix fields: an event with attrs, or a writer not _fast."""
+    cdef object _next(self, bytes raw, bint to_fields):
+        """next() once the stream is known to be initialised: in place when it can (with to_fields,
+        into the _out_ fields, returning True), else decoded (always a tuple)."""
         cdef Py_ssize_t body_at
         cdef list vals
+        if self.writer._fast:
+            out = self._next_in_place(raw, to_fields)
+            if out is not NotImplemented:
+                return out
         if self._vals is None:
             self._vals = [None] * I_KEY
         vals = self._vals

@@ -219,8 +219,9 @@ class PartitionEngine:
         # twice as expensive. A BEGIN that names its user or client identifies the transaction here,
         # as _identify does, unless an identity filter may drop it: then _identify decides.
         identified = user is not None or client is not None
+        filter_identity = identified and self._identity_filtered
         prefix = keys.txn_prefix(self.partition, xid)
-        if identified and not self._identity_filtered:
+        if identified and not filter_identity:
             txn = _new_txn(self.partition, xid, offset, prefix, ts_ms, user, client, True)
         else:
             txn = _new_txn(self.partition, xid, offset, prefix, ts_ms)
@@ -229,7 +230,7 @@ class PartitionEngine:
         self.open[xid] = txn
         # Not marked dirty: a staged transaction's metadata is not stored (checkpoint), and _spill
         # marks it when it goes to the store. _identify and _commit mark only a spilled one.
-        if identified and self._identity_filtered:
+        if filter_identity:
             self._identify(txn, user, client)
         return txn
 
