@@ -1,9 +1,11 @@
 """Build hook for the compiled extensions; all other metadata lives in pyproject.toml.
 
-processor/core/_avro_fast.pyx (the Avro codec) and processor/sources/_redo_scan.pyx (the SQL_REDO
-scanner) are compiled with Cython when it is available (the build system requires it). Both are
-optional: without Cython or a C compiler the package installs anyway, processor.core.codec runs on
-fastavro alone and the SQL_REDO parser on its pure-Python scanner (processor/sources/redo_scan.py).
+processor/core/_avro_fast.pyx (the Avro codec), processor/sources/_redo_scan.pyx (the SQL_REDO
+scanner) and processor/kafka/_rdkafka_producer.pyx (the outputs' producer on librdkafka's C API) are
+compiled with Cython when it is available (the build system requires it). All are optional: without
+Cython or a C compiler the package installs anyway, processor.core.codec runs on fastavro alone, the
+SQL_REDO parser on its pure-Python scanner (processor/sources/redo_scan.py) and the outputs on
+confluent-kafka's Producer.
 """
 
 from pathlib import Path
@@ -13,6 +15,7 @@ from setuptools import Extension, setup
 PYX = {
     "processor.core._avro_fast": Path("processor/core/_avro_fast.pyx"),
     "processor.sources._redo_scan": Path("processor/sources/_redo_scan.pyx"),
+    "processor.kafka._rdkafka_producer": Path("processor/kafka/_rdkafka_producer.pyx"),
 }
 
 
@@ -46,5 +49,6 @@ setup(
     exclude_package_data={
         "processor.core": ["_avro_fast.pyx", "_avro_fast.c", "*.pxi"],
         "processor.sources": ["_redo_scan.pyx", "_redo_scan.c"],
+        "processor.kafka": ["_rdkafka_producer.pyx", "_rdkafka_producer.c"],
     },
 )

@@ -23,6 +23,7 @@ from processor.core import codec
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
 from processor.kafka.delivery import TransactionAborted, for_guarantee, is_fenced
+from processor.kafka.output_producer import output_producer
 from processor.kafka.poll import poll_batch
 from processor.kafka.sink import KafkaSink
 from processor.runtime.available_now import AvailableNow
@@ -74,7 +75,10 @@ class Runner:
             producer_conf["transactional.id"] = cfg.transactional_id or f"{cfg.group}-{socket.gethostname()}"
         producer_conf.update(producer_size_limit(client, outputs))  # an oversized output fails alone
         self.producer_fatal: KafkaError | None = None
-        self.producer = client.producer(**producer_conf, error_cb=self._producer_error)
+        self.producer, producer_kind = output_producer(
+            client.producer_conf(**producer_conf, error_cb=self._producer_error), cfg.output_producer
+        )
+        log.info("producer.chosen", producer=producer_kind)
         max_record = int(client.producer_conf(**producer_conf).get("message.max.bytes", 1_000_000))  # chunk size
         self.sink = KafkaSink(
             self.producer, cfg.changes_topic, cfg.transactions_topic, cfg.dlq_topic, cfg.oversized, max_record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -30,12 +31,17 @@ def assert_exact(report) -> None:
     assert (report.missing_ends, report.unexpected_ends, report.end_count_mismatches) == (0, 0, 0), report.summary()
 
 
-def test_generated_workload_is_emitted_exactly(broker, tmp_path):
+@pytest.mark.parametrize("output_producer", ["auto", "confluent"])
+def test_generated_workload_is_emitted_exactly(broker, tmp_path, output_producer):
+    """On both output producers: the native one (auto, as `make test` builds it) and confluent-kafka's."""
     topics = Topics.fresh()
     expected = tmp_path / "expected"
     summary = write_workload(broker.bootstrap, topics.raw, expected, events=30_000)
     cfg = config(broker.bootstrap, topics, tmp_path / "state", available_now=True)
-    run = Runner(cfg).run()
+    runner = Runner(cfg.model_copy(update={"output_producer": output_producer}))
+    native = output_producer == "auto" and os.environ.get("TXBUFFER_CODEC") == "compiled"
+    assert type(runner.producer).__name__ == ("NativeProducer" if native else "Producer")
+    run = runner.run()
     report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
     assert_exact(report)
     assert report.duplicates_before_dedup == 0

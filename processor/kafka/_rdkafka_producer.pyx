@@ -1,0 +1,535 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The outputs' producer on librdkafka's C API, without a Python call per delivered record.
+
+confluent-kafka's Producer takes the GIL and builds a Message for every delivery report, even under
+delivery.report.only.error (it drops the successes itself, afterwards). Here the delivery callback is
+C: a success costs no Python at all, and a failure (or, without only-error, any report) is queued
+and handed to the record's Python callback when poll() or flush() returns, as (KafkaError,
+DeliveryReport). Everything else keeps confluent-kafka's meaning: BufferError on a full queue,
+KafkaException(KafkaError) on a refused record, len() counting records until they are acknowledged
+or their report ran, error_cb with a KafkaError (fatal ones resolved to their cause).
+
+The functions are confluent-kafka's own librdkafka, found through its extension module (dlsym on
+confluent_kafka.cimpl, which links it), so no header or second copy is needed to build or run; the
+few types used are declared below from rdkafka.h, whose ABI is stable across 1.x and 2.x.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+
+import time
+from collections import deque
+
+from confluent_kafka import KafkaError, KafkaException
+
+cdef extern from "dlfcn.h" nogil:
+    void *dlopen(const char *filename, int flags)
+    void *dlsym(void *handle, const char *symbol)
+    char *dlerror()
+    int RTLD_NOLOAD
+    int RTLD_LAZY
+
+cdef extern from *:
+    """
+    #include <sys/types.h>
+    /* From rdkafka.h (rd_kafka_message_t, rd_kafka_vu_t, rd_kafka_metadata_t), reduced to what is used. */
+    typedef struct { int err; void *rkt; int32_t partition; void *payload; size_t len; void *key;
+                     size_t key_len; int64_t offset; void *_private; } txb_message_t;
+    typedef struct { int vtype; union { const char *cstr; void *rkt; int i; int32_t i32; int64_t i64;
+                     struct { void *ptr; size_t size; } mem; void *headers; void *ptr; char _pad[64]; } u; } txb_vu_t;
+    typedef struct { char *topic; int partition_cnt; void *partitions; int err; } txb_metadata_topic_t;
+    typedef struct { int broker_cnt; void *brokers; int topic_cnt; txb_metadata_topic_t *topics;
+                     int32_t orig_broker_id; char *orig_broker_name; } txb_metadata_t;
+    typedef void (*txb_dr_cb_t)(void *rk, const txb_message_t *msg, void *opaque);
+    typedef void (*txb_error_cb_t)(void *rk, int err, const char *reason, void *opaque);
+    typedef struct {
+        void *(*conf_new)(void);
+        int (*conf_set)(void *conf, const char *name, const char *value, char *errstr, size_t errstr_size);
+        void (*conf_set_dr_msg_cb)(void *conf, txb_dr_cb_t cb);
+        void (*conf_set_error_cb)(void *conf, txb_error_cb_t cb);
+        void (*conf_set_opaque)(void *conf, void *opaque);
+        void (*conf_destroy)(void *conf);
+        void *(*new_)(int type, void *conf, char *errstr, size_t errstr_size);
+        void (*destroy)(void *rk);
+        void *(*topic_new)(void *rk, const char *topic, void *conf);
+        void (*topic_destroy)(void *rkt);
+        const char *(*topic_name)(const void *rkt);
+        void *(*produceva)(void *rk, const txb_vu_t *vus, size_t cnt);
+        int (*error_code)(const void *error);
+        const char *(*error_string)(const void *error);
+        void (*error_destroy)(void *error);
+        int (*poll)(void *rk, int timeout_ms);
+        int (*flush)(void *rk, int timeout_ms);
+        int (*outq_len)(void *rk);
+        int (*fatal_error)(void *rk, char *errstr, size_t errstr_size);
+        const char *(*err2str)(int err);
+        void *(*headers_new)(size_t initial_count);
+        int (*header_add)(void *hdrs, const char *name, ssize_t name_size, const void *value, ssize_t value_size);
+        void (*headers_destroy)(void *hdrs);
+        int (*metadata)(void *rk, int all_topics, void *only_rkt, const txb_metadata_t **metadatap, int timeout_ms);
+        void (*metadata_destroy)(const txb_metadata_t *metadata);
+        int (*version)(void);
+    } txb_api_t;
+    static txb_api_t txb;
+
+    /* Fill txb from lib (a dlopen handle); NULL, or the first name lib does not have. */
+    #include <dlfcn.h>
+    #define TXB_RESOLVE(field, name) if (!(*(void **)&txb.field = dlsym(lib, name))) return name;
+    static const char *txb_load(void *lib) {
+        TXB_RESOLVE(conf_new, "rd_kafka_conf_new")
+        TXB_RESOLVE(conf_set, "rd_kafka_conf_set")
+        TXB_RESOLVE(conf_set_dr_msg_cb, "rd_kafka_conf_set_dr_msg_cb")
+        TXB_RESOLVE(conf_set_error_cb, "rd_kafka_conf_set_error_cb")
+        TXB_RESOLVE(conf_set_opaque, "rd_kafka_conf_set_opaque")
+        TXB_RESOLVE(conf_destroy, "rd_kafka_conf_destroy")
+        TXB_RESOLVE(new_, "rd_kafka_new")
+        TXB_RESOLVE(destroy, "rd_kafka_destroy")
+        TXB_RESOLVE(topic_new, "rd_kafka_topic_new")
+        TXB_RESOLVE(topic_destroy, "rd_kafka_topic_destroy")
+        TXB_RESOLVE(topic_name, "rd_kafka_topic_name")
+        TXB_RESOLVE(produceva, "rd_kafka_produceva")
+        TXB_RESOLVE(error_code, "rd_kafka_error_code")
+        TXB_RESOLVE(error_string, "rd_kafka_error_string")
+        TXB_RESOLVE(error_destroy, "rd_kafka_error_destroy")
+        TXB_RESOLVE(poll, "rd_kafka_poll")
+        TXB_RESOLVE(flush, "rd_kafka_flush")
+        TXB_RESOLVE(outq_len, "rd_kafka_outq_len")
+        TXB_RESOLVE(fatal_error, "rd_kafka_fatal_error")
+        TXB_RESOLVE(err2str, "rd_kafka_err2str")
+        TXB_RESOLVE(headers_new, "rd_kafka_headers_new")
+        TXB_RESOLVE(header_add, "rd_kafka_header_add")
+        TXB_RESOLVE(headers_destroy, "rd_kafka_headers_destroy")
+        TXB_RESOLVE(metadata, "rd_kafka_metadata")
+        TXB_RESOLVE(metadata_destroy, "rd_kafka_metadata_destroy")
+        TXB_RESOLVE(version, "rd_kafka_version")
+        return NULL;
+    }
+
+    /* One record onto the producer's queue: RD_KAFKA_VTYPE_RKT 2, PARTITION 3, VALUE 4, KEY 5,
+       OPAQUE 6, MSGFLAGS 7 (RD_KAFKA_MSG_F_COPY 2), HEADERS 10. A null value is a tombstone. */
+    static void *txb_produce(void *rk, void *rkt, int32_t partition, const char *value, Py_ssize_t value_len,
+                             const char *key, Py_ssize_t key_len, void *opaque, void *headers) {
+        txb_vu_t vu[7];
+        size_t n = 0;
+        vu[n].vtype = 2; vu[n++].u.rkt = rkt;
+        vu[n].vtype = 3; vu[n++].u.i32 = partition;
+        vu[n].vtype = 7; vu[n++].u.i = 2;
+        if (value) { vu[n].vtype = 4; vu[n].u.mem.ptr = (void *)value; vu[n++].u.mem.size = (size_t)value_len; }
+        if (key) { vu[n].vtype = 5; vu[n].u.mem.ptr = (void *)key; vu[n++].u.mem.size = (size_t)key_len; }
+        if (opaque) { vu[n].vtype = 6; vu[n++].u.ptr = opaque; }
+        if (headers) { vu[n].vtype = 10; vu[n++].u.headers = headers; }
+        return txb.produceva(rk, vu, n);
+    }
+    """
+    ctypedef struct txb_message_t:
+        int err
+        void *rkt
+        int32_t partition
+        void *payload
+        size_t len
+        void *key
+        size_t key_len
+        int64_t offset
+        void *_private
+    ctypedef struct txb_metadata_topic_t:
+        char *topic
+        int partition_cnt
+        int err
+    ctypedef struct txb_metadata_t:
+        int topic_cnt
+        txb_metadata_topic_t *topics
+    ctypedef void (*txb_dr_cb_t)(void *rk, const txb_message_t *msg, void *opaque) noexcept nogil
+    ctypedef void (*txb_error_cb_t)(void *rk, int err, const char *reason, void *opaque) noexcept nogil
+    ctypedef struct txb_api_t:
+        void *(*conf_new)() nogil
+        int (*conf_set)(void *conf, const char *name, const char *value, char *errstr, size_t errstr_size) nogil
+        void (*conf_set_dr_msg_cb)(void *conf, txb_dr_cb_t cb) nogil
+        void (*conf_set_error_cb)(void *conf, txb_error_cb_t cb) nogil
+        void (*conf_set_opaque)(void *conf, void *opaque) nogil
+        void (*conf_destroy)(void *conf) nogil
+        void *(*new_)(int type, void *conf, char *errstr, size_t errstr_size) nogil
+        void (*destroy)(void *rk) nogil
+        void *(*topic_new)(void *rk, const char *topic, void *conf) nogil
+        void (*topic_destroy)(void *rkt) nogil
+        const char *(*topic_name)(const void *rkt) nogil
+        int (*error_code)(const void *error) nogil
+        const char *(*error_string)(const void *error) nogil
+        void (*error_destroy)(void *error) nogil
+        int (*poll)(void *rk, int timeout_ms) nogil
+        int (*flush)(void *rk, int timeout_ms) nogil
+        int (*outq_len)(void *rk) nogil
+        int (*fatal_error)(void *rk, char *errstr, size_t errstr_size) nogil
+        const char *(*err2str)(int err) nogil
+        void *(*headers_new)(size_t initial_count) nogil
+        int (*header_add)(void *hdrs, const char *name, Py_ssize_t name_size, const void *value,
+                          Py_ssize_t value_size) nogil
+        void (*headers_destroy)(void *hdrs) nogil
+        int (*metadata)(void *rk, int all_topics, void *only_rkt, const txb_metadata_t **metadatap,
+                        int timeout_ms) nogil
+        void (*metadata_destroy)(const txb_metadata_t *metadata) nogil
+        int (*version)() nogil
+    txb_api_t txb
+    const char *txb_load(void *lib)
+    void *txb_produce(void *rk, void *rkt, int32_t partition, const char *value, Py_ssize_t value_len,
+                      const char *key, Py_ssize_t key_len, void *opaque, void *headers) nogil
+
+cdef enum:
+    RD_KAFKA_PRODUCER = 0
+    ERR_QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL
+    ERR_FATAL = -150  # RD_KAFKA_RESP_ERR__FATAL
+    ERR_TIMED_OUT = -185
+    MIN_VERSION = 0x020000ff  # produceva and the rd_kafka_error_t API (1.6) with margin
+
+# librdkafka-only names are passed through; these are confluent-kafka's own, handled here.
+_ONLY_ERROR = "delivery.report.only.error"
+_ERROR_CB = "error_cb"
+
+
+def _load():
+    """Point txb at confluent-kafka's librdkafka; ImportError when it cannot be found or is too old."""
+    import confluent_kafka.cimpl as cimpl
+
+    cdef void *lib = dlopen(cimpl.__file__.encode(), RTLD_NOLOAD | RTLD_LAZY)
+    if lib == NULL:
+        raise ImportError(f"cannot open {cimpl.__file__}: {(dlerror() or b'').decode()}")
+    cdef const char *missing = txb_load(lib)
+    if missing != NULL:
+        raise ImportError(f"librdkafka has no {missing.decode()}")
+    if txb.version() < MIN_VERSION:
+        raise ImportError(f"librdkafka {txb.version():#x} is older than 2.0")
+
+
+_load()
+
+
+def librdkafka_version() -> int:
+    return txb.version()
+
+
+cdef str _err_name(int code):
+    return txb.err2str(code).decode("utf-8", "replace")
+
+
+cdef int _timeout_ms(object timeout):
+    """confluent-kafka's convention: seconds as a float, None or negative = wait forever."""
+    if timeout is None or timeout < 0:
+        return -1
+    return <int>(timeout * 1000)
+
+
+class DeliveryReport:
+    """The record of a delivery report, as the callback sees it (confluent-kafka's Message subset)."""
+
+    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_error")
+
+    def __init__(self, topic, partition, offset, key, value, error):
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value, self._error = key, value, error
+
+    def topic(self):
+        return self._topic
+
+    def partition(self):
+        return self._partition
+
+    def offset(self):
+        return self._offset
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def error(self):
+        return self._error
+
+    def __repr__(self):
+        return f"DeliveryReport({self._topic}[{self._partition}]@{self._offset}, error={self._error})"
+
+
+cdef struct CallbackState:
+    int only_error  # a successful delivery is not reported
+    int closing  # set before rd_kafka_destroy: callbacks touch nothing else
+    PyObject *owner  # the NativeProducer (borrowed: it outlives its rd_kafka_t)
+
+
+cdef void _on_delivery(void *rk, const txb_message_t *msg, void *opaque) noexcept nogil:
+    cdef CallbackState *state = <CallbackState *>opaque
+    if state.closing or (msg.err == 0 and state.only_error):
+        return  # the common case: no GIL, no allocation
+    with gil:
+        (<NativeProducer>state.owner)._queue_report(msg)
+
+
+cdef void _on_error(void *rk, int err, const char *reason, void *opaque) noexcept nogil:
+    cdef CallbackState *state = <CallbackState *>opaque
+    cdef char cause[512]
+    cdef int fatal = 0
+    if state.closing:
+        return
+    if err == ERR_FATAL:  # the cause is the producer's fatal error (as confluent-kafka reports it)
+        err = txb.fatal_error(rk, cause, sizeof(cause))
+        reason = cause
+        fatal = 1
+    with gil:
+        (<NativeProducer>state.owner)._queue_error(err, reason, fatal)
+
+
+@cython.no_gc_clear  # __dealloc__ destroys the topic handles in _topics first
+cdef class NativeProducer:
+    """A confluent_kafka.Producer for the outputs' calls: produce, poll, flush, len, list_topics.
+
+    Not transactional: exactly_once keeps confluent-kafka's Producer. A failed record's callback, and
+    error_cb, run inside poll() or flush() after librdkafka returns, in the order of the reports; one
+    that raises propagates, and the reports after it run at the next call."""
+
+    cdef void *rk
+    cdef CallbackState state
+    cdef dict _topics  # name -> rd_kafka_topic_t handle, as an int
+    cdef str _last_topic  # the last name looked up, and its handle
+    cdef void *_last_rkt
+    cdef dict _callbacks  # slot -> on_delivery callable, for the records still queued
+    cdef object _last_callback
+    cdef uintptr_t _last_slot
+    cdef uintptr_t _next_slot
+    cdef object _reports  # a deque of (slot, KafkaError | None, DeliveryReport) and (None, KafkaError, None)
+    cdef object _error_cb
+
+    def __cinit__(self):
+        self.rk = NULL
+        self._topics = {}
+        self._callbacks = {}
+        self._reports = deque()
+        self._next_slot = 1
+
+    def __init__(self, dict conf):
+        cdef char errstr[512]
+        cdef void *c_conf
+        settings = dict(conf)
+        self._error_cb = settings.pop(_ERROR_CB, None)
+        self.state.only_error = 1 if _flag(settings.pop(_ONLY_ERROR, False)) else 0
+        for name, value in settings.items():
+            if callable(value) or isinstance(value, dict):
+                raise TypeError(f"NativeProducer does not take {name!r} (a callback or a nested config)")
+        c_conf = txb.conf_new()
+        for name, value in settings.items():
+            if txb.conf_set(c_conf, str(name).encode(), _conf_value(value).encode(), errstr, sizeof(errstr)) != 0:
+                txb.conf_destroy(c_conf)
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG, errstr.decode("utf-8", "replace")))
+        self.state.owner = <PyObject *>self
+        txb.conf_set_opaque(c_conf, &self.state)
+        txb.conf_set_dr_msg_cb(c_conf, _on_delivery)
+        txb.conf_set_error_cb(c_conf, _on_error)
+        self.rk = txb.new_(RD_KAFKA_PRODUCER, c_conf, errstr, sizeof(errstr))  # owns c_conf on success
+        if self.rk == NULL:
+            txb.conf_destroy(c_conf)
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, errstr.decode("utf-8", "replace")))
+
+    def __dealloc__(self):
+        if self.rk == NULL:
+            return
+        self.state.closing = 1
+        for handle in self._topics.values():
+            txb.topic_destroy(<void *><uintptr_t>handle)
+        with nogil:
+            txb.destroy(self.rk)
+        self.rk = NULL
+
+    # -- callbacks, run with the GIL from inside poll/flush -------------------------------------
+
+    cdef void _queue_report(self, const txb_message_t *msg) noexcept:
+        try:
+            error = None if msg.err == 0 else KafkaError(msg.err, _err_name(msg.err))
+            record = DeliveryReport(
+                txb.topic_name(msg.rkt).decode("utf-8", "replace"),
+                msg.partition,
+                msg.offset,
+                None if msg.key == NULL else PyBytes_FromStringAndSize(<char *>msg.key, msg.key_len),
+                None if msg.payload == NULL else PyBytes_FromStringAndSize(<char *>msg.payload, msg.len),
+                error,
+            )
+            self._reports.append((<uintptr_t>msg._private, error, record))
+        except BaseException as exc:  # never into librdkafka's thread; MemoryError is all that is left
+            self._reports.append((0, KafkaError(KafkaError._FAIL, f"delivery report lost: {exc!r}"), None))
+
+    cdef void _queue_error(self, int err, const char *reason, int fatal) noexcept:
+        try:
+            self._reports.append((None, KafkaError(err, reason.decode("utf-8", "replace"), fatal=bool(fatal)), None))
+        except BaseException:
+            pass
+
+    cdef _run_reports(self):
+        """The queued reports in order; then, with nothing queued anywhere, the callback table is cleared."""
+        reports = self._reports
+        while reports:
+            slot, error, record = reports.popleft()
+            if slot is None:
+                if self._error_cb is not None:
+                    self._error_cb(error)
+            elif slot == 0:
+                if record is None:  # a report that could not be built
+                    raise KafkaException(error)
+            else:
+                callback = self._callbacks.get(slot)
+                if callback is not None:
+                    callback(error, record)
+        if txb.outq_len(self.rk) == 0:
+            self._callbacks.clear()
+            self._last_callback = None
+
+    # -- the Producer calls -----------------------------------------------------------------------
+
+    cdef void *_topic(self, str topic) except NULL:
+        if topic is self._last_topic:  # the common case: a run of changes to one topic
+            return self._last_rkt
+        handle = self._topics.get(topic)
+        if handle is not None:
+            self._last_topic, self._last_rkt = topic, <void *><uintptr_t>handle
+            return self._last_rkt
+        cdef void *rkt = txb.topic_new(self.rk, topic.encode(), NULL)
+        if rkt == NULL:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"cannot use topic {topic!r}"))
+        self._topics[topic] = <uintptr_t>rkt
+        return rkt
+
+    def produce(self, str topic, value=None, key=None, int partition=-1, on_delivery=None, timestamp=0,
+                headers=None):
+        """Queue one record (positional order as confluent-kafka's). Raises BufferError when the queue
+        is full, KafkaException(KafkaError) when librdkafka refuses the record."""
+        cdef void *rkt = self._topic(topic)
+        cdef void *opaque = NULL
+        cdef void *hdrs = NULL
+        cdef void *error
+        cdef int code
+        if timestamp:
+            raise TypeError("NativeProducer.produce does not take a timestamp")
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key)
+        if on_delivery is not None:
+            if on_delivery is not self._last_callback:
+                self._last_slot = self._next_slot
+                self._next_slot += 1
+                self._callbacks[self._last_slot] = on_delivery
+                self._last_callback = on_delivery
+            opaque = <void *>self._last_slot
+        if headers:
+            hdrs = _headers(headers)
+        error = txb_produce(
+            self.rk,
+            rkt,
+            partition,
+            NULL if value is None else PyBytes_AS_STRING(value),
+            0 if value is None else PyBytes_GET_SIZE(value),
+            NULL if key is None else PyBytes_AS_STRING(key),
+            0 if key is None else PyBytes_GET_SIZE(key),
+            opaque,
+            hdrs,
+        )
+        if error == NULL:
+            return
+        code = txb.error_code(error)
+        reason = txb.error_string(error).decode("utf-8", "replace")
+        txb.error_destroy(error)
+        if hdrs != NULL:
+            txb.headers_destroy(hdrs)
+        if code == ERR_QUEUE_FULL:
+            raise BufferError(reason)
+        raise KafkaException(KafkaError(code, reason))
+
+    def poll(self, timeout=None):
+        """Serve delivery and error reports for up to timeout seconds; returns how many librdkafka served."""
+        cdef int ms = _timeout_ms(timeout)
+        cdef int served
+        if self._reports:
+            self._run_reports()  # left by a callback that raised
+        with nogil:
+            served = txb.poll(self.rk, ms)
+        self._run_reports()
+        return served
+
+    def flush(self, timeout=None):
+        """Wait until every record is acknowledged and its report ran (callbacks may produce more);
+        returns how many are left when timeout runs out."""
+        cdef int ms
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        if self._reports:
+            self._run_reports()
+        while True:
+            ms = -1 if deadline is None else max(0, <int>((deadline - time.monotonic()) * 1000))
+            with nogil:
+                txb.flush(self.rk, ms)
+            self._run_reports()
+            left = len(self)
+            if left == 0 or (deadline is not None and time.monotonic() >= deadline):
+                return left
+
+    def __len__(self):
+        """Records not yet acknowledged, plus reports not yet run (as confluent-kafka counts them)."""
+        return txb.outq_len(self.rk) + len(self._reports)
+
+    def list_topics(self, topic=None, timeout=None):
+        """A metadata request: {topic: partition count}, for one topic or all. Raises KafkaException
+        when the cluster does not answer within timeout (unlike confluent-kafka, no ClusterMetadata)."""
+        cdef const txb_metadata_t *md = NULL
+        cdef void *rkt = NULL if topic is None else self._topic(topic)
+        cdef int ms = _timeout_ms(timeout)
+        cdef int code
+        cdef int i
+        with nogil:
+            code = txb.metadata(self.rk, 1 if rkt == NULL else 0, rkt, &md, ms)
+        if code != 0:
+            raise KafkaException(KafkaError(code, _err_name(code)))
+        partitions = {}
+        try:
+            for i in range(md.topic_cnt):
+                if md.topics[i].err == 0:
+                    partitions[md.topics[i].topic.decode("utf-8", "replace")] = md.topics[i].partition_cnt
+        finally:
+            txb.metadata_destroy(md)
+        return partitions
+
+
+cdef bytes _as_bytes(object data):
+    if isinstance(data, str):
+        return (<str>data).encode()
+    return bytes(data)
+
+
+cdef void *_headers(object headers) except NULL:
+    """rd_kafka_headers_t from [(name, value)] or {name: value}; values bytes, str or None."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    cdef void *hdrs = txb.headers_new(8)
+    cdef bytes name_b
+    cdef bytes value_b
+    try:
+        for name, value in items:
+            name_b = name.encode() if isinstance(name, str) else bytes(name)
+            if value is None:
+                txb.header_add(hdrs, PyBytes_AS_STRING(name_b), PyBytes_GET_SIZE(name_b), NULL, 0)
+            else:
+                value_b = _as_bytes(value)
+                txb.header_add(
+                    hdrs, PyBytes_AS_STRING(name_b), PyBytes_GET_SIZE(name_b),
+                    PyBytes_AS_STRING(value_b), PyBytes_GET_SIZE(value_b),
+                )
+    except BaseException:
+        txb.headers_destroy(hdrs)
+        raise
+    return hdrs
+
+
+cdef bint _flag(object value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+cdef str _conf_value(object value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

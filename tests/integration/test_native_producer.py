@@ -1,0 +1,194 @@
+"""The outputs' native producer (processor/kafka/_rdkafka_producer.pyx) against Apache Kafka: what
+arrives, where it lands, and every way a record or the producer can fail, as confluent-kafka's
+Producer would report it."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from processor.kafka import output_producer as op
+from processor.kafka.admin import ensure_topics
+from processor.kafka.client_config import PRODUCER_DEFAULTS
+from processor.kafka.produce import RecordTooLarge, produce
+from processor.kafka.read import read_to_end
+
+pytestmark = pytest.mark.skipif(op.NativeProducer is None, reason=f"native producer not built: {op.UNAVAILABLE}")
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _native(bootstrap: str, **overrides):
+    conf = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, "acks": "all", "delivery.report.only.error": True}
+    return op.NativeProducer({**conf, **overrides})
+
+
+def _records(bootstrap: str, topic: str) -> list:
+    return list(read_to_end(bootstrap, topic, group=_name("g"), reassemble=False))
+
+
+def test_records_arrive_as_produced_and_on_the_partition_confluent_kafka_picks(broker):
+    native_topic, reference_topic = _name("native"), _name("reference")
+    ensure_topics(broker.bootstrap, {native_topic: 5, reference_topic: 5})
+    producer = _native(broker.bootstrap)
+    keys = [f"xid-{i}".encode() for i in range(300)]
+    for i, key in enumerate(keys):
+        producer.produce(native_topic, b"value-%d" % i, key)
+    producer.produce(native_topic, None, b"deleted")  # a tombstone
+    producer.produce(native_topic, b"with headers", b"h", headers=[("reason", b"oversized"), ("empty", None)])
+    producer.produce(native_topic, "text", "text-key", partition=3)  # str is encoded, as confluent-kafka does
+    assert producer.flush(30) == 0
+    assert len(producer) == 0
+
+    reference = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_DEFAULTS})
+    for key in keys:
+        reference.produce(reference_topic, b"", key)
+    assert reference.flush(30) == 0
+
+    got = {m.key(): m for m in _records(broker.bootstrap, native_topic)}
+    assert len(got) == len(keys) + 3
+    assert [got[k].value() for k in keys] == [b"value-%d" % i for i in range(len(keys))]
+    assert got[b"deleted"].value() is None
+    assert got[b"h"].headers() == [("reason", b"oversized"), ("empty", None)]
+    assert (got[b"text-key"].value(), got[b"text-key"].partition()) == (b"text", 3)
+    by_reference = {m.key(): m.partition() for m in _records(broker.bootstrap, reference_topic)}
+    assert {k: got[k].partition() for k in keys} == by_reference  # murmur2_random, the same librdkafka
+    # One key's records keep their order (idempotent producer, one partition per key).
+    for i in range(5):
+        producer.produce(native_topic, b"%d" % i, b"ordered")
+    assert producer.flush(30) == 0
+    ordered = [m.value() for m in _records(broker.bootstrap, native_topic) if m.key() == b"ordered"]
+    assert ordered == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_a_record_the_broker_refuses_reaches_its_callback_with_its_key_and_value(broker):
+    topic = _name("small")
+    ensure_topics(broker.bootstrap, {topic: 2}, config={"max.message.bytes": "10000"})
+    producer = _native(broker.bootstrap, **{"compression.type": "none"})
+    reports: list = []
+
+    def report(err, msg):
+        reports.append((err, msg))
+
+    for i in range(20):
+        producer.produce(topic, b"small-%d" % i, b"k%d" % i, -1, report)
+    assert producer.flush(30) == 0  # apart: the broker refuses a whole batch with the big record in it
+    producer.produce(topic, b"x" * 50_000, b"too-big", -1, report)
+    assert len(producer) > 0  # counted until acknowledged or reported
+    assert producer.flush(30) == 0
+    assert len(reports) == 1  # only-error: the twenty delivered records cost no report
+    err, msg = reports[0]
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert (msg.topic(), msg.key(), msg.value()) == (topic, b"too-big", b"x" * 50_000)
+    assert msg.error() is err
+    assert len(_records(broker.bootstrap, topic)) == 20
+
+
+def test_without_only_error_every_record_is_reported_once_with_its_offset(broker):
+    topic = _name("all")
+    ensure_topics(broker.bootstrap, {topic: 1})
+    producer = _native(broker.bootstrap, **{"delivery.report.only.error": False})
+    reports: list = []
+    for i in range(50):
+        producer.produce(topic, b"%d" % i, b"k", on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    producer.produce(topic, b"unreported", b"k")  # no callback: nothing to report to
+    assert producer.flush(30) == 0
+    assert reports == [(None, offset) for offset in range(50)]
+
+
+def test_a_full_queue_raises_buffer_error_and_produce_waits_for_room(broker):
+    topic = _name("full")
+    ensure_topics(broker.bootstrap, {topic: 1})
+    producer = _native(broker.bootstrap, **{"queue.buffering.max.messages": 5, "linger.ms": 2000})
+    for i in range(5):
+        producer.produce(topic, b"%d" % i)
+    with pytest.raises(BufferError):
+        producer.produce(topic, b"one too many")
+    assert len(producer) == 5
+    produce(producer, topic, b"waited")  # processor.kafka.produce serves reports until there is room
+    assert producer.flush(30) == 0
+    assert len(_records(broker.bootstrap, topic)) == 6
+
+
+def test_a_record_over_the_client_limit_is_refused_at_produce_time(broker):
+    topic = _name("limit")
+    ensure_topics(broker.bootstrap, {topic: 1})
+    producer = _native(broker.bootstrap, **{"message.max.bytes": 5000})
+    with pytest.raises(KafkaException) as refused:
+        producer.produce(topic, b"x" * 10_000, b"k")
+    assert refused.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert len(producer) == 0
+    with pytest.raises(RecordTooLarge, match=topic):
+        produce(producer, topic, b"x" * 10_000, b"k")
+
+
+def test_a_callback_that_raises_propagates_and_the_reports_after_it_run_at_the_next_call(broker):
+    topic = _name("raise")
+    ensure_topics(broker.bootstrap, {topic: 1}, config={"max.message.bytes": "10000"})
+    producer = _native(broker.bootstrap, **{"compression.type": "none", "linger.ms": 50})
+    seen: list = []
+
+    def report(err, msg):
+        seen.append(msg.key())
+        if msg.key() == b"first":
+            raise RuntimeError("the callback failed")
+
+    producer.produce(topic, b"x" * 50_000, b"first", -1, report)
+    producer.produce(topic, b"x" * 50_000, b"second", -1, report)
+    with pytest.raises(RuntimeError, match="the callback failed"):
+        producer.flush(30)
+    assert seen == [b"first"]
+    assert len(producer) == 1  # the second report, not yet run
+    assert producer.flush(30) == 0
+    assert seen == [b"first", b"second"]
+
+
+def test_an_unreachable_cluster_reaches_error_cb_and_fails_the_metadata_probe():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    errors: list = []
+    producer = _native(f"127.0.0.1:{port}", error_cb=errors.append)
+    with pytest.raises(KafkaException):
+        producer.list_topics("any", timeout=1)
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors, "no error reported for a cluster that does not answer"
+    assert all(isinstance(e, KafkaError) and not e.fatal() for e in errors)
+    assert {e.code() for e in errors} <= {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+
+
+def test_the_metadata_probe_names_the_topic_and_its_partitions(broker):
+    topic = _name("meta")
+    ensure_topics(broker.bootstrap, {topic: 3})
+    assert _native(broker.bootstrap).list_topics(topic, timeout=10) == {topic: 3}
+
+
+def test_what_the_native_producer_cannot_serve_goes_to_confluent_kafka(broker):
+    base = {"bootstrap.servers": broker.bootstrap, **PRODUCER_DEFAULTS}
+    with pytest.raises(KafkaException, match="No such configuration property"):
+        op.NativeProducer({**base, "no.such.property": "1"})
+    with pytest.raises(TypeError, match="stats_cb"):
+        op.NativeProducer({**base, "stats_cb": print})
+
+    native, why = op.output_producer({**base, "error_cb": print})
+    assert (type(native), why) == (op.NativeProducer, "native")
+    for conf, reason in (
+        ({**base, "transactional.id": _name("tx")}, "transactional"),
+        ({**base, "stats_cb": print}, "stats_cb"),
+    ):
+        producer, why = op.output_producer(conf)
+        assert type(producer) is Producer and reason in why
+        with pytest.raises(RuntimeError, match=reason):
+            op.output_producer(conf, "native")
+    producer, why = op.output_producer(base, "confluent")
+    assert type(producer) is Producer and why == "confluent: configured"
+    with pytest.raises(ValueError, match="output_producer"):
+        op.output_producer(base, "fastest")
