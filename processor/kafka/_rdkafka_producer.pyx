@@ -71,6 +71,20 @@ cdef extern from *:
         int (*metadata)(void *rk, int all_topics, void *only_rkt, const txb_metadata_t **metadatap, int timeout_ms);
         void (*metadata_destroy)(const txb_metadata_t *metadata);
         int (*version)(void);
+        int (*error_is_fatal)(const void *error);
+        int (*error_is_retriable)(const void *error);
+        int (*error_txn_requires_abort)(const void *error);
+        void *(*init_transactions)(void *rk, int timeout_ms);
+        void *(*begin_transaction)(void *rk);
+        void *(*commit_transaction)(void *rk, int timeout_ms);
+        void *(*abort_transaction)(void *rk, int timeout_ms);
+        void *(*send_offsets_to_transaction)(void *rk, const void *offsets, const void *cgmetadata, int timeout_ms);
+        void *(*consumer_group_metadata_read)(void **cgmdp, const void *buffer, size_t size);
+        void (*consumer_group_metadata_destroy)(void *cgmd);
+        void *(*topic_partition_list_new)(int size);
+        void *(*topic_partition_list_add)(void *rktparlist, const char *topic, int32_t partition);
+        int (*topic_partition_list_set_offset)(void *rktparlist, const char *topic, int32_t partition, int64_t offset);
+        void (*topic_partition_list_destroy)(void *rktparlist);
     } txb_api_t;
     static txb_api_t txb;
 
@@ -104,6 +118,20 @@ cdef extern from *:
         TXB_RESOLVE(metadata, "rd_kafka_metadata")
         TXB_RESOLVE(metadata_destroy, "rd_kafka_metadata_destroy")
         TXB_RESOLVE(version, "rd_kafka_version")
+        TXB_RESOLVE(error_is_fatal, "rd_kafka_error_is_fatal")
+        TXB_RESOLVE(error_is_retriable, "rd_kafka_error_is_retriable")
+        TXB_RESOLVE(error_txn_requires_abort, "rd_kafka_error_txn_requires_abort")
+        TXB_RESOLVE(init_transactions, "rd_kafka_init_transactions")
+        TXB_RESOLVE(begin_transaction, "rd_kafka_begin_transaction")
+        TXB_RESOLVE(commit_transaction, "rd_kafka_commit_transaction")
+        TXB_RESOLVE(abort_transaction, "rd_kafka_abort_transaction")
+        TXB_RESOLVE(send_offsets_to_transaction, "rd_kafka_send_offsets_to_transaction")
+        TXB_RESOLVE(consumer_group_metadata_read, "rd_kafka_consumer_group_metadata_read")
+        TXB_RESOLVE(consumer_group_metadata_destroy, "rd_kafka_consumer_group_metadata_destroy")
+        TXB_RESOLVE(topic_partition_list_new, "rd_kafka_topic_partition_list_new")
+        TXB_RESOLVE(topic_partition_list_add, "rd_kafka_topic_partition_list_add")
+        TXB_RESOLVE(topic_partition_list_set_offset, "rd_kafka_topic_partition_list_set_offset")
+        TXB_RESOLVE(topic_partition_list_destroy, "rd_kafka_topic_partition_list_destroy")
         return NULL;
     }
 
@@ -170,6 +198,22 @@ cdef extern from *:
                         int timeout_ms) nogil
         void (*metadata_destroy)(const txb_metadata_t *metadata) nogil
         int (*version)() nogil
+        int (*error_is_fatal)(const void *error) nogil
+        int (*error_is_retriable)(const void *error) nogil
+        int (*error_txn_requires_abort)(const void *error) nogil
+        void *(*init_transactions)(void *rk, int timeout_ms) nogil
+        void *(*begin_transaction)(void *rk) nogil
+        void *(*commit_transaction)(void *rk, int timeout_ms) nogil
+        void *(*abort_transaction)(void *rk, int timeout_ms) nogil
+        void *(*send_offsets_to_transaction)(void *rk, const void *offsets, const void *cgmetadata,
+                                             int timeout_ms) nogil
+        void *(*consumer_group_metadata_read)(void **cgmdp, const void *buffer, size_t size) nogil
+        void (*consumer_group_metadata_destroy)(void *cgmd) nogil
+        void *(*topic_partition_list_new)(int size) nogil
+        void *(*topic_partition_list_add)(void *rktparlist, const char *topic, int32_t partition) nogil
+        int (*topic_partition_list_set_offset)(void *rktparlist, const char *topic, int32_t partition,
+                                               int64_t offset) nogil
+        void (*topic_partition_list_destroy)(void *rktparlist) nogil
     txb_api_t txb
     const char *txb_load(void *lib)
     void *txb_produce(void *rk, void *rkt, int32_t partition, const char *value, Py_ssize_t value_len,
@@ -280,9 +324,8 @@ cdef void _on_error(void *rk, int err, const char *reason, void *opaque) noexcep
 
 @cython.no_gc_clear  # __dealloc__ destroys the topic handles in _topics first
 cdef class NativeProducer:
-    """A confluent_kafka.Producer for the outputs' calls: produce, poll, flush, len, list_topics.
-
-    Not transactional: exactly_once keeps confluent-kafka's Producer. A failed record's callback, and
+    """A confluent_kafka.Producer for the outputs' calls: produce, poll, flush, len, list_topics and the
+    transactional ones exactly_once makes. A failed record's callback, and
     error_cb, run inside poll() or flush() after librdkafka returns, in the order of the reports; one
     that raises propagates, and the reports after it run at the next call."""
 
@@ -472,6 +515,56 @@ cdef class NativeProducer:
         """Records not yet acknowledged, plus reports not yet run (as confluent-kafka counts them)."""
         return txb.outq_len(self.rk) + len(self._reports)
 
+    # -- transactions (exactly_once): librdkafka's calls, errors as confluent-kafka raises them ------
+
+    def init_transactions(self, timeout=None):
+        cdef int ms = _timeout_ms(timeout)
+        cdef void *error
+        with nogil:
+            error = txb.init_transactions(self.rk, ms)
+        _raise_if(error)
+
+    def begin_transaction(self):
+        _raise_if(txb.begin_transaction(self.rk))
+
+    def commit_transaction(self, timeout=None):
+        cdef int ms = _timeout_ms(timeout)
+        cdef void *error
+        with nogil:
+            error = txb.commit_transaction(self.rk, ms)
+        _raise_if(error)
+
+    def abort_transaction(self, timeout=None):
+        cdef int ms = _timeout_ms(timeout)
+        cdef void *error
+        with nogil:
+            error = txb.abort_transaction(self.rk, ms)
+        _raise_if(error)
+
+    def send_offsets_to_transaction(self, positions, bytes group_metadata not None, timeout=None):
+        """positions: TopicPartitions with the offsets to commit; group_metadata: the consumer's
+        consumer_group_metadata() (confluent-kafka serialises it with librdkafka's writer)."""
+        cdef int ms = _timeout_ms(timeout)
+        cdef void *error
+        cdef void *metadata = NULL
+        cdef void *offsets = txb.topic_partition_list_new(len(positions))
+        cdef bytes topic
+        try:
+            for tp in positions:
+                topic = tp.topic.encode()
+                txb.topic_partition_list_add(offsets, topic, tp.partition)
+                txb.topic_partition_list_set_offset(offsets, topic, tp.partition, tp.offset)
+            _raise_if(txb.consumer_group_metadata_read(
+                &metadata, PyBytes_AS_STRING(group_metadata), PyBytes_GET_SIZE(group_metadata)
+            ))
+            with nogil:
+                error = txb.send_offsets_to_transaction(self.rk, offsets, metadata, ms)
+            _raise_if(error)
+        finally:
+            txb.topic_partition_list_destroy(offsets)
+            if metadata != NULL:
+                txb.consumer_group_metadata_destroy(metadata)
+
     def list_topics(self, topic=None, timeout=None):
         """A metadata request: {topic: partition count}, for one topic or all. Raises KafkaException
         when the cluster does not answer within timeout (unlike confluent-kafka, no ClusterMetadata)."""
@@ -492,6 +585,20 @@ cdef class NativeProducer:
         finally:
             txb.metadata_destroy(md)
         return partitions
+
+
+cdef int _raise_if(void *error) except -1:
+    """KafkaException(KafkaError) for an rd_kafka_error_t, with its fatal, retriable and abort flags."""
+    if error == NULL:
+        return 0
+    code = txb.error_code(error)
+    reason = txb.error_string(error).decode("utf-8", "replace")
+    fatal, retriable = txb.error_is_fatal(error), txb.error_is_retriable(error)
+    requires_abort = txb.error_txn_requires_abort(error)
+    txb.error_destroy(error)
+    raise KafkaException(
+        KafkaError(code, reason, fatal=bool(fatal), retriable=bool(retriable), txn_requires_abort=bool(requires_abort))
+    )
 
 
 cdef bytes _as_bytes(object data):

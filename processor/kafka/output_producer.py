@@ -2,9 +2,9 @@
 
 processor.kafka._rdkafka_producer.NativeProducer drives the same librdkafka through its C API and
 reports only failed records to Python (bench: ~1.1 µs less main-thread CPU per record than
-confluent-kafka's produce with a delivery callback, docs/benchmarks.md). It is not transactional, and
-it takes no Python callback but error_cb, so exactly_once, and a config with another callback
-(stats_cb, oauth_cb, logger, ...), get confluent-kafka's Producer.
+confluent-kafka's produce with a delivery callback, docs/benchmarks.md), and makes exactly_once's
+transactional calls too. It takes no Python callback but error_cb, so a config with another callback
+(stats_cb, oauth_cb, logger, ...) gets confluent-kafka's Producer.
 
 The choice (config `output_producer`, env TXBUFFER_OUTPUT_PRODUCER): auto = native when it is built
 and can serve; native = that, or an error saying why not; confluent = always confluent-kafka's.
@@ -35,8 +35,6 @@ def why_not_native(conf: dict[str, Any]) -> str:
     """Why NativeProducer cannot serve conf ("" when it can)."""
     if UNAVAILABLE:
         return f"not built: {UNAVAILABLE}"
-    if "transactional.id" in conf:
-        return "transactional (exactly_once)"
     callbacks = sorted(k for k, v in conf.items() if callable(v) and k not in _NATIVE_CALLBACKS)
     if callbacks:
         return f"callbacks {callbacks} need confluent-kafka"

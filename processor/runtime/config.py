@@ -99,9 +99,9 @@ class ProcessorConfig(BaseModel):
     )
     output_producer: Literal["auto", "native", "confluent"] = Field(
         "auto",
-        description="the outputs' producer: native = librdkafka's C API, failures only reported to Python "
-        "(not transactional); confluent = confluent-kafka's Producer; auto = native unless exactly_once, "
-        "a callback in the Kafka config or a missing build needs confluent",
+        description="the outputs' producer: native = librdkafka's C API, failures only reported to Python; "
+        "confluent = confluent-kafka's Producer; auto = native unless a callback in the Kafka config or a "
+        "missing build needs confluent",
     )
     completed_index_min_entries: int = Field(
         10000, ge=0, description="completed XIDs kept even below the low watermark"

@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from processor.kafka import output_producer as op
 from processor.kafka.admin import ensure_topics
@@ -180,15 +180,64 @@ def test_what_the_native_producer_cannot_serve_goes_to_confluent_kafka(broker):
 
     native, why = op.output_producer({**base, "error_cb": print})
     assert (type(native), why) == (op.NativeProducer, "native")
-    for conf, reason in (
-        ({**base, "transactional.id": _name("tx")}, "transactional"),
-        ({**base, "stats_cb": print}, "stats_cb"),
-    ):
-        producer, why = op.output_producer(conf)
-        assert type(producer) is Producer and reason in why
-        with pytest.raises(RuntimeError, match=reason):
-            op.output_producer(conf, "native")
+    producer, why = op.output_producer({**base, "transactional.id": _name("tx")})
+    assert (type(producer), why) == (op.NativeProducer, "native")
+    producer, why = op.output_producer({**base, "stats_cb": print})
+    assert type(producer) is Producer and "stats_cb" in why
+    with pytest.raises(RuntimeError, match="stats_cb"):
+        op.output_producer({**base, "stats_cb": print}, "native")
     producer, why = op.output_producer(base, "confluent")
     assert type(producer) is Producer and why == "confluent: configured"
     with pytest.raises(ValueError, match="output_producer"):
         op.output_producer(base, "fastest")
+
+
+def _transactional(bootstrap: str, transactional_id: str):
+    producer = _native(bootstrap, **{"transactional.id": transactional_id})
+    producer.init_transactions(30)
+    return producer
+
+
+def test_a_committed_transaction_is_read_with_its_offsets_and_an_aborted_one_is_not(broker):
+    topic, source, group = _name("txn-out"), _name("txn-in"), _name("txn-group")
+    ensure_topics(broker.bootstrap, {topic: 2, source: 1})
+    producer = _transactional(broker.bootstrap, _name("tx"))
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, b"aborted-%d" % i, b"a")
+        producer.abort_transaction(30)
+        producer.poll(0)  # the abort's purged records are reported and forgotten
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, b"committed-%d" % i, b"c")
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 42)], consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        assert len(producer) == 0
+        read = [m.value() for m in _records(broker.bootstrap, topic)]  # read_committed
+        assert read == [b"committed-%d" % i for i in range(10)]
+        committed = consumer.committed([TopicPartition(source, 0)], timeout=30)
+        assert [tp.offset for tp in committed] == [42]
+    finally:
+        consumer.close()
+
+
+def test_a_fenced_producer_fails_with_a_fatal_error_as_confluent_kafka_raises_it(broker):
+    topic, transactional_id = _name("fenced"), _name("tx")
+    ensure_topics(broker.bootstrap, {topic: 1})
+    first = _transactional(broker.bootstrap, transactional_id)
+    first.begin_transaction()
+    first.produce(topic, b"from the first", b"k")
+    assert first.flush(30) == 0
+    _transactional(broker.bootstrap, transactional_id)  # a newer epoch for the same id fences the first
+    with pytest.raises(KafkaException) as failed:
+        first.commit_transaction(30)
+    error = failed.value.args[0]
+    assert error.fatal() and error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+    with pytest.raises(KafkaException):
+        first.begin_transaction()
+    with pytest.raises(KafkaException, match=r"metadata"):
+        _transactional(broker.bootstrap, _name("tx")).send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 1)], b"not group metadata", 10
+        )
