@@ -26,7 +26,6 @@ from confluent_kafka import KafkaError, KafkaException
 
 cdef extern from "dlfcn.h" nogil:
     void *dlopen(const char *filename, int flags)
-    void *dlsym(void *handle, const char *symbol)
     char *dlerror()
     int RTLD_NOLOAD
     int RTLD_LAZY
@@ -223,7 +222,6 @@ cdef enum:
     RD_KAFKA_PRODUCER = 0
     ERR_QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL
     ERR_FATAL = -150  # RD_KAFKA_RESP_ERR__FATAL
-    ERR_TIMED_OUT = -185
     MIN_VERSION = 0x020000ff  # produceva and the rd_kafka_error_t API (1.6) with margin
 
 # librdkafka-only names are passed through; these are confluent-kafka's own, handled here.
@@ -246,10 +244,6 @@ def _load():
 
 
 _load()
-
-
-def librdkafka_version() -> int:
-    return txb.version()
 
 
 cdef str _err_name(int code):
@@ -302,8 +296,8 @@ cdef struct CallbackState:
 
 cdef void _on_delivery(void *rk, const txb_message_t *msg, void *opaque) noexcept nogil:
     cdef CallbackState *state = <CallbackState *>opaque
-    if state.closing or (msg.err == 0 and state.only_error):
-        return  # the common case: no GIL, no allocation
+    if state.closing or msg._private == NULL or (msg.err == 0 and state.only_error):
+        return  # no callback to hand it to, or a success not reported: no GIL, no allocation
     with gil:
         (<NativeProducer>state.owner)._queue_report(msg)
 
@@ -412,9 +406,8 @@ cdef class NativeProducer:
             if slot is None:
                 if self._error_cb is not None:
                     self._error_cb(error)
-            elif slot == 0:
-                if record is None:  # a report that could not be built
-                    raise KafkaException(error)
+            elif slot == 0:  # a report that could not be built
+                raise KafkaException(error)
             else:
                 callback = self._callbacks.get(slot)
                 if callback is not None:
@@ -517,29 +510,25 @@ cdef class NativeProducer:
 
     # -- transactions (exactly_once): librdkafka's calls, errors as confluent-kafka raises them ------
 
-    def init_transactions(self, timeout=None):
+    cdef _wait_for(self, void *(*call)(void *rk, int timeout_ms) noexcept nogil, object timeout):
+        """One blocking transactional call, the GIL released while librdkafka waits."""
         cdef int ms = _timeout_ms(timeout)
         cdef void *error
         with nogil:
-            error = txb.init_transactions(self.rk, ms)
+            error = call(self.rk, ms)
         _raise_if(error)
+
+    def init_transactions(self, timeout=None):
+        self._wait_for(txb.init_transactions, timeout)
 
     def begin_transaction(self):
         _raise_if(txb.begin_transaction(self.rk))
 
     def commit_transaction(self, timeout=None):
-        cdef int ms = _timeout_ms(timeout)
-        cdef void *error
-        with nogil:
-            error = txb.commit_transaction(self.rk, ms)
-        _raise_if(error)
+        self._wait_for(txb.commit_transaction, timeout)
 
     def abort_transaction(self, timeout=None):
-        cdef int ms = _timeout_ms(timeout)
-        cdef void *error
-        with nogil:
-            error = txb.abort_transaction(self.rk, ms)
-        _raise_if(error)
+        self._wait_for(txb.abort_transaction, timeout)
 
     def send_offsets_to_transaction(self, positions, bytes group_metadata not None, timeout=None):
         """positions: TopicPartitions with the offsets to commit; group_metadata: the consumer's

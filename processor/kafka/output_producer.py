@@ -49,7 +49,7 @@ def output_producer(conf: dict[str, Any], choice: str = "auto") -> tuple[Any, st
         return Producer(conf), "confluent: configured"
     reason = why_not_native(conf)
     required = choice == "native" or (
-        os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled" and reason.startswith("not built")
+        bool(UNAVAILABLE) and os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled"
     )
     if reason:
         if required:
