@@ -1,11 +1,12 @@
 """Build hook for the compiled extensions; all other metadata lives in pyproject.toml.
 
 processor/core/_avro_fast.pyx (the Avro codec), processor/sources/_redo_scan.pyx (the SQL_REDO
-scanner) and processor/kafka/_rdkafka_producer.pyx (the outputs' producer on librdkafka's C API) are
+scanner), processor/kafka/_rdkafka_producer.pyx (the outputs' producer on librdkafka's C API) and
+processor/kafka/_rdkafka_fetch.pyx (the raw topic's records from librdkafka's fetch queues) are
 compiled with Cython when it is available (the build system requires it). All are optional: without
 Cython or a C compiler the package installs anyway, processor.core.codec runs on fastavro alone, the
-SQL_REDO parser on its pure-Python scanner (processor/sources/redo_scan.py) and the outputs on
-confluent-kafka's Producer.
+SQL_REDO parser on its pure-Python scanner (processor/sources/redo_scan.py), the outputs on
+confluent-kafka's Producer and the input on its Consumer.
 """
 
 from pathlib import Path
@@ -16,6 +17,7 @@ PYX = {
     "processor.core._avro_fast": Path("processor/core/_avro_fast.pyx"),
     "processor.sources._redo_scan": Path("processor/sources/_redo_scan.pyx"),
     "processor.kafka._rdkafka_producer": Path("processor/kafka/_rdkafka_producer.pyx"),
+    "processor.kafka._rdkafka_fetch": Path("processor/kafka/_rdkafka_fetch.pyx"),
 }
 
 
@@ -49,6 +51,12 @@ setup(
     exclude_package_data={
         "processor.core": ["_avro_fast.pyx", "_avro_fast.c", "*.pxi"],
         "processor.sources": ["_redo_scan.pyx", "_redo_scan.c"],
-        "processor.kafka": ["_rdkafka_producer.pyx", "_rdkafka_producer.c"],
+        "processor.kafka": [
+            "_rdkafka_producer.pyx",
+            "_rdkafka_producer.c",
+            "_rdkafka_fetch.pyx",
+            "_rdkafka_fetch.c",
+            "*.pxi",
+        ],
     },
 )

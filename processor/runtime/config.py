@@ -103,6 +103,11 @@ class ProcessorConfig(BaseModel):
         "confluent = confluent-kafka's Producer; auto = native unless a callback in the Kafka config or a "
         "missing build needs confluent",
     )
+    raw_fetch: Literal["auto", "native", "confluent"] = Field(
+        "auto",
+        description="how raw records are taken from the consumer: native = librdkafka's fetch queues, no "
+        "Message object per record; confluent = confluent-kafka's consume; auto = native unless not built",
+    )
     completed_index_min_entries: int = Field(
         10000, ge=0, description="completed XIDs kept even below the low watermark"
     )

@@ -132,6 +132,9 @@ class Partitions:
         # the consumer pauses it. The last member of a group run so took over the partitions of
         # those that finished first, and rebuilt each from the outputs (seconds) only to stop.
         self.read_to: dict[int, int] | None = None
+        # Where the runner takes the records (kafka/raw_fetch.py): told of each partition before it is
+        # assigned and after it is revoked. None: the consumer's own consume (tests without a runner).
+        self.fetch: Any = None
 
     def engines(self) -> list[PartitionEngine]:
         return [state.engine for state in self.held.values() if state.engine is not None]
@@ -144,6 +147,8 @@ class Partitions:
         if self.closing:
             return  # leaving the group: take nothing on
         starts = self.take_on(consumer, partitions)
+        if self.fetch is not None:
+            self.fetch.route(list(starts))  # before the fetch starts: no record may reach another queue
         consumer.incremental_assign([TopicPartition(self.cfg.raw_topic, p, start) for p, start in starts.items()])
         self.pause_finished(consumer, starts)
         self.on_change()
@@ -317,6 +322,8 @@ class Partitions:
                 unacked_dead_letters=self.dispatcher.sink.dlq_unacked,
             )
         consumer.incremental_unassign(partitions)
+        if self.fetch is not None:
+            self.fetch.unroute([tp.partition for tp in partitions])
         self.on_change()
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -328,6 +335,8 @@ class Partitions:
                 self.dispatcher.drop_partition(state.engine)
                 log.warning("partition.lost", partition=tp.partition)
         consumer.incremental_unassign(partitions)
+        if self.fetch is not None:
+            self.fetch.unroute([tp.partition for tp in partitions])
         self.on_change()
 
     def checkpoint_all(self, spill_all: bool = False) -> None:

@@ -19,12 +19,11 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor.core import codec
 from processor.core.engine import Filters, Finished
 from processor.kafka.admin import ensure_topics, partition_count, producer_size_limit
 from processor.kafka.delivery import TransactionAborted, for_guarantee, is_fenced
 from processor.kafka.output_producer import output_producer
-from processor.kafka.poll import poll_batch
+from processor.kafka.raw_fetch import raw_fetch
 from processor.kafka.sink import KafkaSink
 from processor.runtime.available_now import AvailableNow
 from processor.runtime.config import ProcessorConfig
@@ -103,6 +102,9 @@ class Runner:
             },
         )
         self.offsets.consumer = self.consumer
+        self.fetch, fetch_kind = raw_fetch(self.consumer, cfg.raw_topic, cfg.max_batch, cfg.raw_fetch)
+        self.partitions.fetch = self.fetch  # routes each partition to it before assigning it
+        log.info("fetch.chosen", fetch=fetch_kind)
         self.eos_recovery = EosRecovery(self.partitions, self.consumer, self.producer, metrics)
         self.watch = AssignmentWatch(
             cfg.group, cfg.raw_topic, cfg.unassigned_warn_ms, cfg.available_now_timeout_ms if cfg.available_now else 0
@@ -154,8 +156,8 @@ class Runner:
                 wait_s = ACK_WAIT_S if self.emitter.queue else IDLE_WAIT_S
                 lap = self.summary.phases.now()
                 with self._poll_section:
-                    msgs = poll_batch(self.consumer, cfg.max_batch, wait_s)
-                self._process(msgs, self.summary.phases.lap("poll", lap))
+                    runs, errors, taken = self.fetch.poll(cfg.max_batch, wait_s)
+                self._process(runs, errors, taken, self.summary.phases.lap("poll", lap))
                 now = time.monotonic()
                 self.watch.update(bool(p.held), now)
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
@@ -230,17 +232,17 @@ class Runner:
             log.info("run.stop_requested")
         self.stop_requested = True
 
-    def _process(self, msgs, lap: tuple[float, float]) -> None:
+    def _process(self, runs: dict, errors: list, taken: int, lap: tuple[float, float]) -> None:
+        """One poll batch: {partition: its records}, the consumer errors, and how many records."""
         p, dispatcher, clock = self.partitions, self.dispatcher, self.summary.phases
         # Transactions a previous run left committed-but-unfinished go out before anything this
         # batch commits (commit order), and before this batch can add to engine.pending.
         if p.to_resume and not self._open_batch():
             return
         p.resume_pending()
-        runs, errors = codec.partition_runs(msgs)  # the engines work a partition's run at a time
-        for msg in errors:
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                log.warning("consume.error", error=str(msg.error()))
+        for err in errors:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consume.error", error=str(err))
         performed = []
         for q, run in runs.items():
             state = p.held.get(q)
@@ -252,17 +254,17 @@ class Runner:
         lap = clock.lap("apply", lap)
         # Only now may the actions produce: exactly_once's last commit ran while this batch was
         # polled and applied (delivery.py), and its outputs go in the next Kafka transaction.
-        if not self._open_batch(produce=bool(msgs or dispatcher.busy)):
+        if not self._open_batch(produce=bool(taken or dispatcher.busy)):
             return
         lap = clock.lap("commit_wait", lap)
         for engine, actions in performed:
             dispatcher.perform(engine, actions)
-        self.summary.events += len(msgs)
+        self.summary.events += taken
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         lap = clock.lap("release", lap)
         deferred = False
-        self._full_batches = self._full_batches + 1 if len(msgs) >= self.cfg.max_batch else 0
+        self._full_batches = self._full_batches + 1 if taken >= self.cfg.max_batch else 0
         with self._commit_section:
             backlog = self._full_batches >= BACKLOG_BATCHES
             deferred = self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
@@ -391,6 +393,7 @@ class Runner:
         """consumer.close() on a thread of its own, waited for in slices that a stop's grace can cut
         (Stopping): librdkafka's close waits without a timeout for its requests to a hung broker
         (seen: > 90 s with the broker SIGSTOPped). True once it returned."""
+        self.fetch.close()  # its hold on the consumer's queues goes first (librdkafka's rule)
         done = threading.Event()
         failure: list[BaseException] = []
 

@@ -31,16 +31,18 @@ def assert_exact(report) -> None:
     assert (report.missing_ends, report.unexpected_ends, report.end_count_mismatches) == (0, 0, 0), report.summary()
 
 
-@pytest.mark.parametrize("output_producer", ["auto", "confluent"])
-def test_generated_workload_is_emitted_exactly(broker, tmp_path, output_producer):
-    """On both output producers: the native one (auto, as `make test` builds it) and confluent-kafka's."""
+@pytest.mark.parametrize("clients", ["auto", "confluent"])
+def test_generated_workload_is_emitted_exactly(broker, tmp_path, clients):
+    """On both client paths: the native output producer and raw fetch (auto, as `make test` builds
+    them) and confluent-kafka's Producer and consume."""
     topics = Topics.fresh()
     expected = tmp_path / "expected"
     summary = write_workload(broker.bootstrap, topics.raw, expected, events=30_000)
     cfg = config(broker.bootstrap, topics, tmp_path / "state", available_now=True)
-    runner = Runner(cfg.model_copy(update={"output_producer": output_producer}))
-    native = output_producer == "auto" and os.environ.get("TXBUFFER_CODEC") == "compiled"
+    runner = Runner(cfg.model_copy(update={"output_producer": clients, "raw_fetch": clients}))
+    native = clients == "auto" and os.environ.get("TXBUFFER_CODEC") == "compiled"
     assert type(runner.producer).__name__ == ("NativeProducer" if native else "Producer")
+    assert type(runner.fetch).__name__ == ("RawFetch" if native else "ConsumerFetch")
     run = runner.run()
     report = verify(broker.bootstrap, expected, topics.changes, topics.transactions)
     assert_exact(report)
