@@ -292,6 +292,12 @@ def _compiled() -> dict[str, Any]:
     return codecs
 
 
+def builds_required() -> bool:
+    """TXBUFFER_CODEC=compiled (set by `make test`): a missing build of any compiled extension (this
+    codec, the SQL_REDO scanner, the Kafka clients on librdkafka's C API) is an error, not a fallback."""
+    return os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled"
+
+
 def _choose() -> tuple[str, str, dict[str, Any] | None]:
     mode = os.environ.get("TXBUFFER_CODEC", "auto").strip().lower() or "auto"
     if mode not in ("auto", "compiled", "fastavro"):

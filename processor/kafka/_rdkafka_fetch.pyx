@@ -209,7 +209,7 @@ cdef class RawFetch:
                 if m.err:
                     errors.append(_error(m))
                     continue
-                if m.partition != last or run is None:
+                if m.partition != last:  # records come in runs of one partition
                     last = m.partition
                     run = runs.get(last)
                     if run is None:
@@ -227,31 +227,23 @@ cdef class RawFetch:
         self._close()
 
     cdef void _close(self) noexcept:
-        if self._queue != NULL and txb_handle_rk(<PyObject *>self._consumer) != NULL:
-            self._release()
-        else:  # the consumer is gone, and its queues with it: nothing left to release safely
-            self._queue = self._consumer_queue = NULL
-            self._routed.clear()
-        if self._slots != NULL:
-            free(self._slots)
-            self._slots = NULL
-
-    cdef void _release(self) noexcept:
         cdef Py_ssize_t got
-        if self._queue == NULL:
-            return
-        txb.queue_cb_event_enable(self._consumer_queue, NULL, NULL)  # waits out a running wake-up
-        txb.queue_destroy(self._consumer_queue)
-        for handle in self._routed.values():
-            txb.queue_forward(<void *><uintptr_t>handle, NULL)
-            txb.queue_destroy(<void *><uintptr_t>handle)
-        self._routed.clear()
-        if self._slots != NULL:  # records left in the queue hold references to their partitions
-            while True:
+        if self._queue != NULL and txb_handle_rk(<PyObject *>self._consumer) != NULL:
+            txb.queue_cb_event_enable(self._consumer_queue, NULL, NULL)  # waits out a running wake-up
+            txb.queue_destroy(self._consumer_queue)
+            for handle in self._routed.values():
+                txb.queue_forward(<void *><uintptr_t>handle, NULL)
+                txb.queue_destroy(<void *><uintptr_t>handle)
+            while True:  # records left in the queue hold references to their partitions
                 got = txb.consume_batch_queue(self._queue, 0, self._slots, self._capacity)
                 if got <= 0:
                     break
                 for i in range(got):
                     txb.message_destroy(self._slots[i])
-        txb.queue_destroy(self._queue)
+            txb.queue_destroy(self._queue)
+        # else already closed, or the consumer is gone and its queues with it: nothing to release safely
         self._queue = self._consumer_queue = NULL
+        self._routed.clear()
+        if self._slots != NULL:
+            free(self._slots)
+            self._slots = NULL

@@ -13,10 +13,11 @@ TXBUFFER_CODEC=compiled (set by `make test`) makes auto require the build, as it
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from confluent_kafka import Producer
+
+from processor.core import codec
 
 try:
     from processor.kafka._rdkafka_producer import NativeProducer  # type: ignore[import-not-found]
@@ -48,9 +49,7 @@ def output_producer(conf: dict[str, Any], choice: str = "auto") -> tuple[Any, st
     if choice == "confluent":
         return Producer(conf), "confluent: configured"
     reason = why_not_native(conf)
-    required = choice == "native" or (
-        bool(UNAVAILABLE) and os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled"
-    )
+    required = choice == "native" or (bool(UNAVAILABLE) and codec.builds_required())
     if reason:
         if required:
             raise RuntimeError(f"the native output producer is required but cannot serve: {reason}")

@@ -13,7 +13,6 @@ that, or an error saying why not; confluent = always ConsumerFetch. TXBUFFER_COD
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from processor.core import codec
@@ -57,7 +56,7 @@ def raw_fetch(consumer: Any, topic: str, max_records: int, choice: str = "auto")
         raise ValueError(f"raw_fetch must be one of {CHOICES}, not {choice!r}")
     if choice == "confluent":
         return ConsumerFetch(consumer), "confluent: configured"
-    required = choice == "native" or os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled"
+    required = choice == "native" or codec.builds_required()
     if UNAVAILABLE:
         if required:
             raise RuntimeError(f"the native raw fetch is required but not built: {UNAVAILABLE}")

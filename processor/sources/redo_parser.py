@@ -35,6 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from processor.core import codec
 from processor.sources import redo_scan
 from processor.sources.redo_scan import CALL, FLAGS, IDENT, NUMBER, VALUE_NC, WORD_END, WS
 
@@ -49,7 +50,7 @@ def _choose_scanner() -> tuple[ModuleType, str]:
         raise ValueError(f"TXBUFFER_REDO_SCAN must be auto, compiled or python, not {mode!r}")
     if mode == "python":
         return redo_scan, "TXBUFFER_REDO_SCAN=python"
-    required = mode == "compiled" or os.environ.get("TXBUFFER_CODEC", "").strip().lower() == "compiled"
+    required = mode == "compiled" or codec.builds_required()
     try:
         from processor.sources import _redo_scan  # type: ignore[attr-defined]
     except ImportError as exc:
