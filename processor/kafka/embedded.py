@@ -76,10 +76,25 @@ JVM_FLAGS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=
 _running: weakref.WeakSet[EmbeddedKafka] = weakref.WeakSet()
 
 
+_ports_handed_out: set[int] = set()
+_ports_lock = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port nothing listened on when asked, never one this process was given before.
+
+    Once the probing socket closes, the kernel may hand the same ephemeral port to the next probe:
+    a broker given it for both its listeners fails to format ("two listeners on the same port",
+    seen in CI). Remembering what was handed out keeps every port this process asks for distinct."""
+    with _ports_lock:
+        for _ in range(1000):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+    raise RuntimeError("no free loopback port that this process was not already given")
 
 
 def random_cluster_id() -> str:

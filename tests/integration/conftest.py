@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from processor.kafka.embedded import free_port
 
 SETUP_HINT = "install them with deploy/setup/postgres.sh"
 
@@ -48,12 +49,6 @@ def _as_postgres(*cmd: str, **kw) -> subprocess.CompletedProcess:
     if os.geteuid() == 0:
         cmd = ("runuser", "-u", "postgres", "--", *cmd)
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _require_postgres_user() -> None:

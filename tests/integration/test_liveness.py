@@ -5,7 +5,6 @@ error and a non-zero exit after available_now_timeout_ms instead of polling fore
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.request
@@ -13,17 +12,12 @@ import urllib.request
 import pytest
 
 from processor.core import events as ev
+from processor.kafka.embedded import free_port
 from processor.kafka.rawtopic import RawTopicWriter
 
 from .processor_kit import Topics, config, run_args, start_processor
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _log_events(path, name: str) -> list[dict]:
@@ -58,7 +52,7 @@ def test_available_now_without_a_partition_warns_then_fails_after_its_timeout(br
         while not _log_events(holder_log, "partition.assigned"):
             assert holder.poll() is None and time.monotonic() < deadline, holder_log.read_text()[-2000:]
             time.sleep(0.5)
-        port = _free_port()
+        port = free_port()
         args = run_args(config(broker.bootstrap, topics, tmp_path / "state-b")) + [
             "--available-now",
             "--available-now-timeout-ms",
