@@ -104,6 +104,16 @@ class ChangeStream:
         failed: Any,
         tombstone_after: str | None,
     ) -> None: ...
+    def send_staged(
+        self,
+        staged: dict[bytes, Any],
+        prefix: bytes,
+        after_seq: int,
+        send: Callable[[bytes, bytes | None, Any], None],
+        failed: Any,
+        tombstone_after: str | None,
+        direct: tuple[Callable[..., Any], Any, Any] | None = None,
+    ) -> None: ...
     def next(self, raw: bytes) -> tuple[bytes, bytes, int, str, str] | None: ...
 
 def enable_lane(row_ops: Iterable[str], begin: str, commit: str) -> None: ...

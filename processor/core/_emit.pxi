@@ -7,6 +7,16 @@
 # per change: outputs are acknowledged by settlement (processor/runtime/emitter.py).
 
 
+# keys.EVENT: an event key is the transaction's prefix, this byte, and its seq (8 bytes, big-endian).
+cdef unsigned char _EVENT_TAG = 0
+EVENT_KEY_TAG = b"\x00"
+
+
+cdef inline uint64_t _read_be64(const unsigned char* p) noexcept:
+    return ((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40) | (<uint64_t>p[3] << 32)
+            | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16) | (<uint64_t>p[6] << 8) | <uint64_t>p[7])
+
+
 cdef class ChangeStream:
     """The ChangeEvents of one committed transaction, from its buffered raw events in seq order."""
 
@@ -59,33 +69,92 @@ cdef class ChangeStream:
         handed over as call(value, kafka_key, a, b), a C call with no Python frame; when that call
         raises, the change goes through send, the sink's own path (it waits for room, handles an
         oversized record, or raises the error itself)."""
-        cdef object out, key, value, seq, op, call = None, a = None, b = None
-        cdef Py_ssize_t numbered
+        cdef object call = None, a = None, b = None
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
         if direct is not None:
             call, a, b = direct
         for _, raw in pairs:
-            numbered = self.produced
-            try:
-                # no Python call per change, and in the common case no tuple either (True)
-                out = self._next(raw, True) if type(raw) is bytes else self.next(raw)
-                if out is None:
-                    continue
-                if out is True:
-                    key, value, seq, op = self._out_key, self._out_value, self._out_seq, self._out_op
-                else:
-                    key, value, seq, op = (<tuple>out)[0], (<tuple>out)[1], (<tuple>out)[2], (<tuple>out)[4]
-                _hand_over(call, a, b, send, failed, key, value)
-            except BaseException:
-                if self.produced > numbered:
-                    self.produced -= 1
-                    self.tables[self._counted] -= 1
-                raise
-            self.sent += 1
-            self.last_seq = seq
-            if tombstone_after is not None and op == tombstone_after:
-                _hand_over(call, a, b, send, failed, key, None)
+            self._send_one(raw, call, a, b, send, failed, tombstone_after)
+
+    def send_staged(self, dict staged not None, bytes prefix not None, int64_t after_seq, send, failed,
+                    tombstone_after, direct=None):
+        """send_all over a staged transaction's events with seq > after_seq (the emit cursor), read
+        from its staged writes (txn.staged: key -> raw) without building the (key, value) pairs that
+        staged_range makes: the emission of a transaction that never reached the store. Its event
+        keys are prefix + EVENT + seq (8 bytes, big-endian), so key order is seq order; writes
+        staged out of seq order, or a key this does not expect, take staged_range's sorted path."""
+        cdef Py_ssize_t pos = 0, plen = PyBytes_GET_SIZE(prefix), klen
+        cdef PyObject* k
+        cdef PyObject* v
+        cdef const unsigned char* kb
+        cdef uint64_t seq, last = 0
+        cdef bint first = True
+        cdef Py_ssize_t size
+        cdef object call = None, a = None, b = None, raw
+        if self.writer is None or self.tables is None:
+            raise RuntimeError("ChangeStream.__init__ was not called")
+        while PyDict_Next(staged, &pos, &k, &v):  # a pass without side effects: in order?
+            klen = PyBytes_GET_SIZE(<object>k) if type(<object>k) is bytes else -1
+            if klen < plen + 1:
+                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+            kb = <const unsigned char*>PyBytes_AS_STRING(<object>k)
+            if memcmp(kb, PyBytes_AS_STRING(prefix), plen) != 0:
+                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+            if kb[plen] != _EVENT_TAG:
+                continue  # another index of the transaction (rows, subtransactions): not an event
+            if klen != plen + 9:
+                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+            seq = _read_be64(kb + plen + 1)
+            if not first and seq <= last:
+                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+            first, last = False, seq
+        if direct is not None:
+            call, a, b = direct
+        size, pos = len(staged), 0
+        while PyDict_Next(staged, &pos, &k, &v):
+            kb = <const unsigned char*>PyBytes_AS_STRING(<object>k)
+            if kb[plen] != _EVENT_TAG:
+                continue
+            if after_seq >= 0 and _read_be64(kb + plen + 1) <= <uint64_t>after_seq:
+                continue
+            raw = <object>v  # held: send runs Python code
+            self._send_one(raw, call, a, b, send, failed, tombstone_after)
+            if len(staged) != size:  # PyDict_Next must not go on over a changed dict
+                raise RuntimeError("a staged transaction's writes changed during its emission")
+
+    def _send_sorted(self, dict staged, bytes prefix, int64_t after_seq, send, failed, tombstone_after, direct):
+        """send_staged's general path: staged_range's pairs, sorted, through send_all."""
+        begin = prefix + EVENT_KEY_TAG + (<object>(after_seq + 1)).to_bytes(8, "big")
+        end = prefix + bytes([_EVENT_TAG + 1])
+        self.send_all(staged_range(staged, begin, end), send, failed, tombstone_after, direct)
+
+    cdef int _send_one(self, object raw, object call, object a, object b, object send, object failed,
+                       object tombstone_after) except -1:
+        """One buffered event of send_all: numbered, encoded, handed over; a change numbered but not
+        sent is taken back from the numbering when next or send raises."""
+        cdef object out, key, value, seq, op
+        cdef Py_ssize_t numbered = self.produced
+        try:
+            # no Python call per change, and in the common case no tuple either (True)
+            out = self._next(raw, True) if type(raw) is bytes else self.next(raw)
+            if out is None:
+                return 0
+            if out is True:
+                key, value, seq, op = self._out_key, self._out_value, self._out_seq, self._out_op
+            else:
+                key, value, seq, op = (<tuple>out)[0], (<tuple>out)[1], (<tuple>out)[2], (<tuple>out)[4]
+            _hand_over(call, a, b, send, failed, key, value)
+        except BaseException:
+            if self.produced > numbered:
+                self.produced -= 1
+                self.tables[self._counted] -= 1
+            raise
+        self.sent += 1
+        self.last_seq = seq
+        if tombstone_after is not None and op == tombstone_after:
+            _hand_over(call, a, b, send, failed, key, None)
+        return 0
 
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment

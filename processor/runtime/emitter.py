@@ -115,11 +115,18 @@ class Emitter:
                     if tombstones and change.op == ev.DELETE:
                         send(change.kafka_key, None, failed)
             else:  # the per-change loop in C; it takes back a change numbered but not sent itself
-                begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
                 stream.sent, stream.last_seq = 0, last_seq
+                tombstone_after = ev.DELETE if tombstones else None
                 try:
-                    pairs = engine.buffered(txn, begin, keys.events_end(txn.prefix))
-                    stream.send_all(pairs, send, failed, ev.DELETE if tombstones else None, self._direct)
+                    staged = txn.staged
+                    if staged is not None:  # never reached the store: read from its staged writes
+                        stream.send_staged(
+                            staged, txn.prefix, txn.acked_seq, send, failed, tombstone_after, self._direct
+                        )
+                    else:
+                        begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
+                        pairs = engine.buffered(txn, begin, keys.events_end(txn.prefix))
+                        stream.send_all(pairs, send, failed, tombstone_after, self._direct)
                 finally:
                     sent, last_seq = stream.sent, stream.last_seq
         except BaseException:

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from processor.core import codec
+from processor.core import codec, keys
 from processor.core import events as ev
 
 try:
@@ -751,6 +751,76 @@ def test_send_all_equals_the_python_stream_and_never_counts_a_change_it_did_not_
     else:
         assert last_seq == -1
     assert all(failed == "failed" for *_, failed in calls)
+
+
+@PROPS
+@given(
+    txn_parts,
+    st.lists(raw_records, min_size=1, max_size=6),
+    st.randoms(use_true_random=False),
+    st.integers(-1, 7),
+    st.sampled_from([None, ev.DELETE]),
+    st.one_of(st.none(), st.integers(0, 7)),
+)
+def test_send_staged_sends_what_send_all_sends_over_staged_range(
+    txn, records, rnd, after_seq, tombstone_after, fail_at
+):
+    # The emitter's path for a transaction that never reached the store (ChangeStream.send_staged):
+    # its staged writes read in place, the events after the emit cursor in seq order, other indexes
+    # skipped, writes staged out of seq order sorted: the same sends, counts and cursor as send_all
+    # over staged_range's pairs, for the compiled and the Python streams.
+    prefix = keys.txn_prefix(3, "x1")
+    seqs = sorted(rnd.sample(range(12), len(records)))
+    staged: dict[bytes, object] = {}
+    for seq, record in zip(seqs, records, strict=True):
+        staged[keys.event_key(prefix, seq)] = ev.encode_raw({**record, "seq": seq})
+        if rnd.random() < 0.4:  # the row index the engine stages beside a change
+            staged[keys.row_prefix(prefix, f"r{seq}") + keys.seq_bytes(seq)] = b""
+    if rnd.random() < 0.3:  # staged out of seq order
+        items = list(staged.items())
+        rnd.shuffle(items)
+        staged = dict(items)
+    pairs = fast_module.staged_range(staged, keys.event_key(prefix, after_seq + 1), keys.events_end(prefix))
+    runs = []
+    for stream, staged_path in (
+        (fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}), False),
+        (fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}), True),
+        (codec.PyChangeStream(codec.PyChangeWriter(**txn), 0, {}, view=codec._py_view), True),
+    ):
+        send = _Refuses(fail_at)
+        stream.sent, stream.last_seq = 0, after_seq
+        try:
+            if staged_path:
+                stream.send_staged(staged, prefix, after_seq, send, "failed", tombstone_after)
+            else:
+                stream.send_all(pairs, send, "failed", tombstone_after)
+            raised = None
+        except BufferError as exc:
+            raised = str(exc)
+        runs.append((send.calls, raised, stream.sent, stream.last_seq, stream.produced, dict(stream.tables)))
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+    calls, raised, sent, last_seq, _produced, _tables = runs[0]
+    sent_seqs = [ev.decode_change(value)["source"]["seq"] for _, value, _ in calls if value is not None]
+    assert sent_seqs == sorted(sent_seqs) and all(seq > after_seq for seq in sent_seqs)
+    assert last_seq == (sent_seqs[-1] if sent_seqs else after_seq)
+    if raised is None:  # every event after the cursor, and only those (fragments are never sent)
+        assert set(sent_seqs) <= {seq for seq in seqs if seq > after_seq}
+        assert sent == len(sent_seqs)
+
+
+def test_send_staged_refuses_a_dict_changed_while_it_sends():
+    # send runs Python code; the dict it walks in C must not change under it.
+    txn = {"xid": "x1", "commit_scn": 5, "commit_ts_ms": 7, "thread": 1, "user": None}
+    prefix = keys.txn_prefix(3, "x1")
+    staged = {keys.event_key(prefix, seq): ev.encode_raw({**BASE_RAW, "seq": seq}) for seq in (1, 2)}
+    stream = fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {})
+    stream.sent, stream.last_seq = 0, -1
+
+    def send(key, value, failed):
+        staged[keys.event_key(prefix, 9)] = b""
+
+    with pytest.raises(RuntimeError, match="changed during its emission"):
+        stream.send_staged(staged, prefix, -1, send, "failed", None)
 
 
 class _Direct:
