@@ -14,11 +14,9 @@ pytest_args=(-q -rs -p no:cacheprovider --durations=10)
 LOGS=.test-lanes
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 
-# The integration files that follow the Spark tests in their lane (about three minutes); every other
+# The integration file that follows the Spark tests in their lane (about two minutes); every other
 # integration file outside Spark, a new one too, runs in the integration lane.
-after_spark=(
-  tests/integration/test_failover.py tests/integration/test_liveness.py tests/integration/test_eos_rebalance.py
-)
+after_spark=(tests/integration/test_failover.py)
 integration=()
 for f in tests/integration/test_*.py; do
   case " ${after_spark[*]} " in *" $f "*) continue ;; esac

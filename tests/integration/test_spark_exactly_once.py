@@ -29,8 +29,11 @@ JOB_SCRIPT = textwrap.dedent("""
     from processor.runtime.logs import configure_logging
     from processor.spark.job import run_job, spark_session
     configure_logging("json", "INFO")
+    # A driver that lives for a batch or two spends its CPU starting up: C1 only and the serial
+    # collector leave more of a shared machine's cores to the work (as test_lakehouse_e2e's drivers).
     spark = spark_session(conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2",
-                                "spark.ui.enabled": "false", "spark.driver.memory": "1g"})
+                                "spark.ui.enabled": "false", "spark.driver.memory": "1g",
+                                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
     run_job(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], max_offsets_per_trigger=int(sys.argv[5]),
             spark=spark, dedup_horizon="1000 days")
 """)
