@@ -9,7 +9,6 @@
 
 # keys.EVENT: an event key is the transaction's prefix, this byte, and its seq (8 bytes, big-endian).
 cdef unsigned char _EVENT_TAG = 0
-EVENT_KEY_TAG = b"\x00"
 
 
 cdef inline uint64_t _read_be64(const unsigned char* p) noexcept:
@@ -80,34 +79,34 @@ cdef class ChangeStream:
     def send_staged(self, dict staged not None, bytes prefix not None, int64_t after_seq, send, failed,
                     tombstone_after, direct=None):
         """send_all over a staged transaction's events with seq > after_seq (the emit cursor), read
-        from its staged writes (txn.staged: key -> raw) without building the (key, value) pairs that
-        staged_range makes: the emission of a transaction that never reached the store. Its event
-        keys are prefix + EVENT + seq (8 bytes, big-endian), so key order is seq order; writes
-        staged out of seq order, or a key this does not expect, take staged_range's sorted path."""
-        cdef Py_ssize_t pos = 0, plen = PyBytes_GET_SIZE(prefix), klen
+        from its staged writes (txn.staged: key -> raw) in place, without the (key, value) pairs
+        of staged_range: the emission of a transaction that never reached the store. Its event keys
+        are prefix + EVENT + seq (8 bytes, big-endian), so insertion order is key order when the
+        seqs came in order. False, having sent nothing, when they did not or a key is not of that
+        form: the caller then takes the sorted path (engine.buffered, send_all)."""
+        cdef Py_ssize_t pos = 0, plen = PyBytes_GET_SIZE(prefix), klen, size
         cdef PyObject* k
         cdef PyObject* v
         cdef const unsigned char* kb
         cdef uint64_t seq, last = 0
         cdef bint first = True
-        cdef Py_ssize_t size
         cdef object call = None, a = None, b = None, raw
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
         while PyDict_Next(staged, &pos, &k, &v):  # a pass without side effects: in order?
             klen = PyBytes_GET_SIZE(<object>k) if type(<object>k) is bytes else -1
             if klen < plen + 1:
-                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+                return False
             kb = <const unsigned char*>PyBytes_AS_STRING(<object>k)
             if memcmp(kb, PyBytes_AS_STRING(prefix), plen) != 0:
-                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+                return False
             if kb[plen] != _EVENT_TAG:
                 continue  # another index of the transaction (rows, subtransactions): not an event
             if klen != plen + 9:
-                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+                return False
             seq = _read_be64(kb + plen + 1)
             if not first and seq <= last:
-                return self._send_sorted(staged, prefix, after_seq, send, failed, tombstone_after, direct)
+                return False
             first, last = False, seq
         if direct is not None:
             call, a, b = direct
@@ -122,12 +121,7 @@ cdef class ChangeStream:
             self._send_one(raw, call, a, b, send, failed, tombstone_after)
             if len(staged) != size:  # PyDict_Next must not go on over a changed dict
                 raise RuntimeError("a staged transaction's writes changed during its emission")
-
-    def _send_sorted(self, dict staged, bytes prefix, int64_t after_seq, send, failed, tombstone_after, direct):
-        """send_staged's general path: staged_range's pairs, sorted, through send_all."""
-        begin = prefix + EVENT_KEY_TAG + (<object>(after_seq + 1)).to_bytes(8, "big")
-        end = prefix + bytes([_EVENT_TAG + 1])
-        self.send_all(staged_range(staged, begin, end), send, failed, tombstone_after, direct)
+        return True
 
     cdef int _send_one(self, object raw, object call, object a, object b, object send, object failed,
                        object tombstone_after) except -1:

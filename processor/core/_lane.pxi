@@ -507,7 +507,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
             event_key = PyBytes_FromStringAndSize(NULL, m + 9)
             out = _BUF(event_key)
             memcpy(out, _BUF(prefix), m)
-            out[m] = 0
+            out[m] = _EVENT_TAG
             _be64(out + m + 1, <uint64_t>seq)
             staged = _txn_get(txn, slots, T_STAGED)
             if staged is None:

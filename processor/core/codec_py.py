@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from . import events as _ev
-from . import keys as _keys
 
 
 class PyChangeStream:
@@ -47,19 +46,10 @@ class PyChangeStream:
             if op == tombstone_after:
                 _hand_over(direct, send, failed, kafka_key, None)
 
-    def send_staged(
-        self,
-        staged: dict[bytes, Any],
-        prefix: bytes,
-        after_seq: int,
-        send: Callable[..., None],
-        failed: Any,
-        tombstone_after: str | None,
-        direct: tuple[Callable[..., Any], Any, Any] | None = None,
-    ) -> None:
-        """send_all over the staged transaction's events with seq > after_seq, in seq order."""
-        begin, end = _keys.event_key(prefix, after_seq + 1), _keys.events_end(prefix)
-        self.send_all(staged_range(staged, begin, end), send, failed, tombstone_after, direct)
+    def send_staged(self, *_args: Any) -> bool:
+        """The compiled stream's in-place path for staged writes; this fallback has none (False): the
+        caller takes engine.buffered and send_all."""
+        return False
 
     def number(self, table: str | None) -> tuple[int, int]:
         t = table or ""

@@ -118,12 +118,10 @@ class Emitter:
                 stream.sent, stream.last_seq = 0, last_seq
                 tombstone_after = ev.DELETE if tombstones else None
                 try:
-                    staged = txn.staged
-                    if staged is not None:  # never reached the store: read from its staged writes
-                        stream.send_staged(
-                            staged, txn.prefix, txn.acked_seq, send, failed, tombstone_after, self._direct
-                        )
-                    else:
+                    staged = txn.staged  # never reached the store: its staged writes read in place
+                    if staged is None or not stream.send_staged(
+                        staged, txn.prefix, txn.acked_seq, send, failed, tombstone_after, self._direct
+                    ):
                         begin = keys.event_key(txn.prefix, txn.acked_seq + 1)
                         pairs = engine.buffered(txn, begin, keys.events_end(txn.prefix))
                         stream.send_all(pairs, send, failed, tombstone_after, self._direct)

@@ -767,8 +767,9 @@ def test_send_staged_sends_what_send_all_sends_over_staged_range(
 ):
     # The emitter's path for a transaction that never reached the store (ChangeStream.send_staged):
     # its staged writes read in place, the events after the emit cursor in seq order, other indexes
-    # skipped, writes staged out of seq order sorted: the same sends, counts and cursor as send_all
-    # over staged_range's pairs, for the compiled and the Python streams.
+    # skipped; writes staged out of seq order are declined (False, nothing sent) and go by send_all.
+    # Either way: the same sends, counts and cursor as send_all over staged_range's pairs, for the
+    # compiled and the Python streams (whose send_staged always declines).
     prefix = keys.txn_prefix(3, "x1")
     seqs = sorted(rnd.sample(range(12), len(records)))
     staged: dict[bytes, object] = {}
@@ -781,7 +782,9 @@ def test_send_staged_sends_what_send_all_sends_over_staged_range(
         rnd.shuffle(items)
         staged = dict(items)
     pairs = fast_module.staged_range(staged, keys.event_key(prefix, after_seq + 1), keys.events_end(prefix))
-    runs = []
+    event_seqs = [keys.seq_of(key) for key in staged if key.startswith(prefix + keys.EVENT)]
+    in_order = event_seqs == sorted(event_seqs)
+    runs, took = [], []
     for stream, staged_path in (
         (fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}), False),
         (fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}), True),
@@ -790,15 +793,19 @@ def test_send_staged_sends_what_send_all_sends_over_staged_range(
         send = _Refuses(fail_at)
         stream.sent, stream.last_seq = 0, after_seq
         try:
-            if staged_path:
-                stream.send_staged(staged, prefix, after_seq, send, "failed", tombstone_after)
+            if staged_path and stream.send_staged(staged, prefix, after_seq, send, "failed", tombstone_after):
+                took.append(True)
             else:
+                if staged_path:
+                    assert send.calls == [] and stream.sent == 0 and stream.produced == 0  # declined untouched
+                    took.append(False)
                 stream.send_all(pairs, send, "failed", tombstone_after)
             raised = None
         except BufferError as exc:
             raised = str(exc)
         runs.append((send.calls, raised, stream.sent, stream.last_seq, stream.produced, dict(stream.tables)))
     assert runs[1] == runs[0] and runs[2] == runs[0]
+    assert took == [in_order, False]  # the compiled stream takes every in-order transaction in place
     calls, raised, sent, last_seq, _produced, _tables = runs[0]
     sent_seqs = [ev.decode_change(value)["source"]["seq"] for _, value, _ in calls if value is not None]
     assert sent_seqs == sorted(sent_seqs) and all(seq > after_seq for seq in sent_seqs)
