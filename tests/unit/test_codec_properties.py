@@ -793,13 +793,14 @@ def test_send_staged_sends_what_send_all_sends_over_staged_range(
         send = _Refuses(fail_at)
         stream.sent, stream.last_seq = 0, after_seq
         try:
-            if staged_path and stream.send_staged(staged, prefix, after_seq, send, "failed", tombstone_after):
-                took.append(True)
-            else:
-                if staged_path:
-                    assert send.calls == [] and stream.sent == 0 and stream.produced == 0  # declined untouched
-                    took.append(False)
+            if not staged_path:
                 stream.send_all(pairs, send, "failed", tombstone_after)
+            else:
+                took.append(True)  # a send refused inside send_staged raises out of it: taken
+                if not stream.send_staged(staged, prefix, after_seq, send, "failed", tombstone_after):
+                    took[-1] = False
+                    assert send.calls == [] and stream.sent == 0 and stream.produced == 0  # declined untouched
+                    stream.send_all(pairs, send, "failed", tombstone_after)
             raised = None
         except BufferError as exc:
             raised = str(exc)
