@@ -414,6 +414,28 @@ cdef inline object _opt_str(const char* p, Py_ssize_t n):
     return None if p == NULL else PyUnicode_DecodeUTF8(p, n, NULL)
 
 
+# The record key (the XID's bytes) -> the XID as a str. A transaction's records each carried a new
+# str, decoded and hashed again at each lookup (~2% of the steady loop); the one str object, its
+# hash kept, is also found by identity in the engine's dicts. Cleared when full: a cache, no state.
+cdef dict _XID_STRS = {}
+cdef Py_ssize_t _XID_STRS_MAX = 1 << 16
+
+
+cdef inline object _xid_str(object key, const char* p, Py_ssize_t n):
+    """The XID of a record whose key (None, or bytes equal to the XID's) was checked against it."""
+    cdef PyObject* held
+    if key is None:
+        return PyUnicode_DecodeUTF8(p, n, NULL)
+    held = PyDict_GetItem(_XID_STRS, key)
+    if held != NULL:
+        return <object>held
+    xid = PyUnicode_DecodeUTF8(p, n, NULL)
+    if len(_XID_STRS) >= _XID_STRS_MAX:
+        _XID_STRS.clear()
+    _XID_STRS[key] = xid
+    return xid
+
+
 def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list actions):
     """Apply records[i:] while the lane handles each (above), adding the actions they cause to
     actions; return the index of the first record left to the Python path (len(records) if none)."""
@@ -463,7 +485,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
                 PyBytes_GET_SIZE(key) != f.xid_n or memcmp(_BUF(key), f.xid, f.xid_n) != 0
             ):
                 break  # apply() dead-letters it (validation.misplaced)
-            xid = PyUnicode_DecodeUTF8(f.xid, f.xid_n, NULL)
+            xid = _xid_str(key, f.xid, f.xid_n)
             ts = f.ts_ms
             if kind == O_BEGIN:
                 if xid in open_txns or xid in completed or xid in pending:

@@ -54,7 +54,9 @@ class Emission:
             if stream.produced != txn.acked_count:
                 txn.acked_seq = self.last_seq
                 txn.acked_count = stream.produced
-                txn.acked_tables = dict(stream.tables)
+                # A copy while the stream still numbers changes; once all are sent its counts are
+                # final and shared (a copy per transaction was ~1% of the steady loop).
+                txn.acked_tables = stream.tables if self.all_sent else dict(stream.tables)
                 self.engine.cursor_moved(txn)
         if self.end_sent:
             self.end_acked = True
