@@ -90,9 +90,6 @@ class PartitionEngine:
         self._pos_dirty = False
         self._ahead = False  # the store holds the AHEAD mark (flush_data) until the next checkpoint
         self._staging: list[Txn] = []  # transactions whose writes may be staged (see "staging" below)
-        # pending may hold a committed transaction whose writes are in the store: set by whatever can
-        # make one, cleared by the pass that found none (_spill_committed_before_stored)
-        self._stored_pending_maybe = False
         self.stage_horizon = stage_horizon
         # After a restore: records below _replay_to are re-read only to rebuild the transactions that
         # were staged (not in the store); those of transactions the store knows are skipped.
@@ -412,7 +409,6 @@ class PartitionEngine:
         self.pending[txn.xid] = txn
         if txn.staged is None:
             self._dirty.add(txn.xid)
-            self._stored_pending_maybe = True
         self.stats.committed += 1
         return [_committed(txn)]
 
@@ -497,12 +493,10 @@ class PartitionEngine:
     # ------------------------------------------------------------------ staging
     # A transaction keeps its writes in txn.staged, in memory, from its BEGIN until it finishes or
     # a checkpoint spills it: one that commits, is emitted and acknowledged (or rolls back) before
-    # then never touches the store. A checkpoint spills those that began more than stage_horizon
+    # then never touches the store. A checkpoint spills the committed ones (a restart emits pending
+    # transactions from the store, in commit order), those that began more than stage_horizon
     # offsets or STAGE_MAX_AGE_MS ago (that bounds memory and the re-read below), and all of them
-    # at a stop or a revoke (spill_all). A committed one whose outputs are still in flight stays
-    # staged too: a restart re-reads it and emits it again, whole (at-least-once, same event ids),
-    # after the committed ones the store holds. That is commit order only if it committed after
-    # all of those, so one that committed before a stored one is spilled. The store then holds every other
+    # at a stop or a revoke (spill_all). The store then holds every other
     # transaction it knows, and the position record says where a restart must re-read from to
     # rebuild the staged ones: next_offset is the first offset of the oldest staged transaction,
     # replay_to the offset the store is complete to for all others (apply() skips their records
@@ -511,8 +505,6 @@ class PartitionEngine:
 
     def _spill(self, txn: Txn) -> None:
         staged, txn.staged = txn.staged, None
-        if txn.commit is not None:
-            self._stored_pending_maybe = True
         self._dirty.add(txn.xid)  # now in the store: its metadata goes there with it
         if staged:
             put = self.batch.put
@@ -537,7 +529,9 @@ class PartitionEngine:
                     self._spill(txn)
             staging.clear()
             return self.next_offset
-        self._spill_committed_before_stored()  # first, so the scan below finds where the re-read starts
+        for txn in self.pending.values():  # a restart emits pending transactions from the store
+            if txn.staged is not None:
+                self._spill(txn)
         horizon = self.next_offset - self.stage_horizon
         born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
         resume = self.next_offset
@@ -550,23 +544,7 @@ class PartitionEngine:
                 self._spill(txn)
             done += 1
         del staging[:done]
-        self._spill_committed_before_stored()  # again if the scan spilled a committed one (rare)
         return resume
-
-    def _spill_committed_before_stored(self) -> None:
-        """A restart emits the committed transactions the store holds first, then the staged ones as
-        it re-reads their COMMITs: a staged one that committed before a stored one is spilled, so
-        both come back in commit order (pending is in commit order). A spill here may leave the
-        re-read starting earlier than it must: records of stored transactions are skipped there."""
-        if not self._stored_pending_maybe:
-            return  # the common case: every committed one is staged, no pass over them
-        stored_after = False
-        for txn in reversed(self.pending.values()):
-            if txn.staged is None:
-                stored_after = True
-            elif stored_after:
-                self._spill(txn)
-        self._stored_pending_maybe = stored_after
 
     def buffered(self, txn: Txn, begin: bytes, end: bytes) -> Iterable[tuple[bytes, Any]]:
         """The transaction's (key, value) pairs in [begin, end), in key order: staged or stored.
@@ -769,7 +747,6 @@ class PartitionEngine:
                 pending.append(txn)
         for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
-        eng._stored_pending_maybe = bool(pending)
         # Loaded in key order; a re-read of staged ones (replay_to) adds earlier ones after them.
         eng._open_ordered = False
         eng._meta_stored = set(eng.open) | set(eng.pending)

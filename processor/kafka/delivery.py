@@ -8,9 +8,7 @@ process. The emitter then counts every output sent before as acknowledged (emitt
 at_least_once_dedup: outputs stream continuously; the low watermark is committed periodically. A
 crash re-emits at most what followed the last commit, with the same event_ids. A batch that sent
 outputs ends with a flush (librdkafka skips linger.ms for it: one round trip), which settles them:
-their cursors move and their ENDs go out, and a second flush settles those ENDs (under a backlog,
-the next batch's flush does: a checkpoint keeps a committed transaction whose END is in flight
-staged, and a crash re-reads and re-emits it whole, engine._spill_due). Measured against
+their cursors move and their ENDs go out, and a second flush settles those ENDs. Measured against
 settling only when the queue drains on its own or the oldest output waited 20 ms, the flush per
 batch used no more CPU per event and gave a lower commit-to-END latency (issue 14).
 
@@ -187,12 +185,11 @@ class AtLeastOnce:
             self.settling_flushes += 1
             settled = self.producer.flush(self.flush_timeout_s) == 0
             emitter.advance(settled=settled)
-            if settled and emitter.unsettled and not backlog:
+            if settled and emitter.unsettled:
                 # The settlement released ENDs: settle them too, so their transactions finish in this
-                # batch, and the flush sends the ENDs now, not after the producer's linger. Under a
-                # backlog the next batch's flush settles them: the producer delivers them while the
-                # loop goes on, and the checkpoint keeps their transactions staged (a restart re-reads
-                # and re-emits them, engine._spill_due), so the wait is saved, not moved.
+                # batch. Left to the next batch, they would be unfinished at this batch's checkpoint,
+                # which then spills their staged changes to the store only to delete them a batch
+                # later; and the flush sends the ENDs now, not after the producer's linger.
                 self.settling_flushes += 1
                 emitter.advance(settled=self.producer.flush(self.flush_timeout_s) == 0)
         else:
