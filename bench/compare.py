@@ -143,6 +143,10 @@ def _stats(lat: list[float], rate: float, paced: dict, res: m.ProcResult, from_a
         "p99_ms": m.percentile(lat, 0.99),
         "max_ms": max(lat) if lat else None,
         "peak_rss_mb": res.peak_rss / 2**20,
+        # Whether the program kept up or queued: its loop's wall and CPU seconds by phase (the
+        # processor's; the passthrough has none), and the machine's load when the level ended.
+        "phases": res.summary.get("phases"),
+        "load_1min": round(os.getloadavg()[0], 2),
     }
 
 

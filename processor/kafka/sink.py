@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from processor.core import codec
 from processor.core import events as ev
 from processor.core.contracts import AckCallback
 from processor.kafka import chunking
@@ -190,7 +191,7 @@ class KafkaSink:
     def outcome(self, topic: str, xid: str, partition: int, offset: int, outcome: str) -> None:
         """Publish how a transaction finished without output; the low watermark waits for its ack."""
         self._outcomes_unsettled += 1
-        value = ev.encode_outcome({"xid": xid, "input_partition": partition, "offset": offset, "outcome": outcome})
+        value = codec.encode_outcome({"xid": xid, "input_partition": partition, "offset": offset, "outcome": outcome})
         produce(self.producer, topic, value, xid.encode(), on_delivery=self._outcome_delivered)
 
     def _outcome_delivered(self, err: KafkaError | None, _msg: Any) -> None:
