@@ -90,6 +90,20 @@ class ChangeWriter:
 def enable_change_key(fallback: Callable[[str | None, dict[str, Any] | None], bytes]) -> None: ...
 def change_key(table: str | None, key: dict[str, Any] | None) -> bytes: ...
 
+class Emission:
+    engine: Any
+    txn: Any
+    stream: Any
+    last_seq: int | None
+    all_sent: bool
+    end_sent: bool
+    end_acked: bool
+    changes_settled: bool
+    def __init__(self, engine: Any, txn: Any, stream: Any) -> None: ...
+    def settle(self) -> None: ...
+
+def settle_all(emissions: list[Any]) -> None: ...
+
 class ChangeStream:
     produced: int
     tables: dict[str, int]

@@ -16,6 +16,8 @@ API (identical on both backends):
       op, seq, scn, ts_ms, table, row_id, attrs, raw, body_at, total_order, collection_order) -> bytes
   change_key(table, key) -> bytes                           events.change_key's bytes
   change_stream(writer, produced, tables) -> ChangeStream   one committed transaction's ChangeEvents
+  Emission(engine, txn, stream)                          a released transaction's acknowledgement state
+  settle_all(emissions)                                  emission.settle() for each, in order
   buffer_changes(engine, records, i, open_txns, put, actions) -> int  the engine's fast lane (compiled only)
   partition_runs(records) -> ({partition: records}, errors)  a poll batch split by partition
   staged_range(staged, begin, end) -> [(key, value)]     a staged transaction's writes in key order
@@ -40,8 +42,9 @@ from typing import Any, Protocol
 import structlog
 
 from . import events as _ev
-from .codec_py import PyChangeStream, no_lane
+from .codec_py import PyChangeStream, PyEmission, no_lane
 from .codec_py import partition_runs as py_partition_runs
+from .codec_py import settle_all as py_settle_all
 from .codec_py import staged_range as py_staged_range
 from .events import DecodeError
 from .txn import Txn
@@ -52,6 +55,7 @@ __all__ = [
     "ChangeEncoder",
     "ChangeWriter",
     "DecodeError",
+    "Emission",
     "RawView",
     "announce",
     "buffer_changes",
@@ -68,6 +72,7 @@ __all__ = [
     "encode_raw",
     "encode_transaction",
     "partition_runs",
+    "settle_all",
     "staged_range",
     "transaction_bytes",
 ]
@@ -317,6 +322,8 @@ BACKEND, BACKEND_REASON, _codecs = _choose()
 ChangeWriter: Callable[[str, int, int, int, str | None], ChangeEncoder]
 change_key: Callable[[str | None, dict[str, Any] | None], bytes]
 change_stream: Callable[[Any, int, dict[str, int]], Any]
+Emission: Callable[[Any, Txn, Any], Any]
+settle_all: Callable[[list[Any]], None]
 buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None], list[Any]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
 staged_range: Callable[[dict[bytes, Any], bytes, bytes], list[tuple[bytes, Any]]]
@@ -337,6 +344,8 @@ if _codecs is not None:
     ChangeWriter = _codecs["module"].ChangeWriter
     change_key = _codecs["module"].change_key
     change_stream = _codecs["module"].ChangeStream
+    Emission = _codecs["module"].Emission
+    settle_all = _codecs["module"].settle_all
     buffer_changes = _codecs["module"].buffer_changes
     partition_runs = _codecs["module"].partition_runs
     staged_range = _codecs["module"].staged_range
@@ -353,6 +362,8 @@ else:
     ChangeWriter = PyChangeWriter
     change_key = _ev.change_key
     change_stream = partial(PyChangeStream, view=_py_view)
+    Emission = PyEmission
+    settle_all = py_settle_all
     buffer_changes = no_lane
     partition_runs = py_partition_runs
     staged_range = py_staged_range

@@ -1,8 +1,9 @@
 """The fastavro backend's versions of the compiled emission helpers (processor/core/_emit.pxi).
 
 processor.core.codec picks these when the extension is not built. They behave exactly as the
-compiled ones: ChangeStream numbers and encodes a committed transaction's buffered changes, and
-the engine's fast lane is empty (every record takes the Python path).
+compiled ones: ChangeStream numbers and encodes a committed transaction's buffered changes,
+Emission holds how far a released transaction is acknowledged, and the engine's fast lane is empty
+(every record takes the Python path).
 """
 
 from __future__ import annotations
@@ -11,6 +12,40 @@ from collections.abc import Callable
 from typing import Any
 
 from . import events as _ev
+
+
+class PyEmission:
+    """One released transaction of processor.runtime.emitter.Emitter: its change numbering (stream)
+    and how far its outputs are acknowledged."""
+
+    __slots__ = ("all_sent", "changes_settled", "end_acked", "end_sent", "engine", "last_seq", "stream", "txn")
+
+    def __init__(self, engine: Any, txn: Any, stream: Any):
+        self.engine, self.txn, self.stream = engine, txn, stream
+        self.last_seq = txn.acked_seq  # seq of the last change sent
+        self.all_sent = self.end_sent = self.end_acked = False
+        self.changes_settled = True  # every change sent so far is acknowledged
+
+    def settle(self) -> None:
+        """Every output of this emission sent so far is acknowledged: move the emit cursor."""
+        txn = self.txn
+        if not self.changes_settled:
+            self.changes_settled = True
+            stream = self.stream
+            if stream.produced != txn.acked_count:
+                txn.acked_seq = self.last_seq
+                txn.acked_count = stream.produced
+                # A copy while the stream still numbers changes; once all are sent its counts are
+                # final and shared (a copy per transaction was ~1% of the steady loop).
+                txn.acked_tables = stream.tables if self.all_sent else dict(stream.tables)
+                self.engine.cursor_moved(txn)
+        if self.end_sent:
+            self.end_acked = True
+
+
+def settle_all(emissions: list[Any]) -> None:
+    for em in emissions:
+        em.settle()
 
 
 class PyChangeStream:

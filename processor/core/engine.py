@@ -42,6 +42,7 @@ _READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_
 # The objects built once per transaction, built in C on the compiled backend (construct.py).
 _new_txn, _new_commit = constructor(Txn), constructor(Commit)
 _committed, _finished = constructor(Committed), constructor(Finished)
+_OUTCOME_BYTES = {o: o.encode() for o in (COMMITTED, ROLLED_BACK, FILTERED, ABANDONED)}  # completed index values
 
 
 class PartitionEngine:
@@ -396,7 +397,8 @@ class PartitionEngine:
                 self.batch.delete(pointer)
 
     def _commit(self, txn: Txn, offset: int, scn: int, ts_ms: int, thread: int) -> list[Action]:
-        self._advance_watermark(scn)
+        if scn > self.watermark:  # _advance_watermark, inline: once per transaction
+            self.watermark = scn
         txn.commit = _new_commit(scn, ts_ms, thread, offset)
         del self.open[txn.xid]
         if txn.filtered:
@@ -481,7 +483,8 @@ class PartitionEngine:
             self._finish(xid, offset, outcome)
 
     def cursor_moved(self, txn: Txn) -> None:
-        self._dirty.add(txn.xid)
+        if txn.staged is None:  # a staged one's metadata is not stored; _spill marks it when it goes there
+            self._dirty.add(txn.xid)
 
     def _drop_all(self, txn: Txn) -> None:
         if txn.staged is None:
@@ -558,8 +561,9 @@ class PartitionEngine:
         self.completed[xid] = (offset, outcome)
         fifo_key = keys.fifo_key(self.partition, offset, xid)
         self._fifo_append(offset, xid, fifo_key)
-        self.batch.put(fifo_key, outcome.encode())
-        self._dirty.add(xid)
+        self.batch.put(fifo_key, _OUTCOME_BYTES.get(outcome) or outcome.encode())
+        if xid in self._meta_stored:  # its metadata goes; one never stored has none (and most are not)
+            self._dirty.add(xid)
         return _finished(self.partition, xid, offset, outcome)
 
     def _fifo_append(self, offset: int, xid: str, fifo_key: bytes) -> None:

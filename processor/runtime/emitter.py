@@ -29,37 +29,13 @@ from processor.core.contracts import Sink
 from processor.core.engine import PartitionEngine
 from processor.core.txn import Txn
 
+# One released transaction and how far it is acknowledged: codec.Emission (compiled in
+# processor/core/_emit.pxi, else processor.core.codec_py.PyEmission).
+Emission = Any
+
 
 class DeliveryFailed(RuntimeError):
     """The broker refused an output after the producer's retries; the process must restart."""
-
-
-class Emission:
-    """One released transaction: its change numbering (stream) and how far it is acknowledged."""
-
-    __slots__ = ("all_sent", "changes_settled", "end_acked", "end_sent", "engine", "last_seq", "stream", "txn")
-
-    def __init__(self, engine: PartitionEngine, txn: Txn, stream: Any):
-        self.engine, self.txn, self.stream = engine, txn, stream
-        self.last_seq = txn.acked_seq  # seq of the last change sent
-        self.all_sent = self.end_sent = self.end_acked = False
-        self.changes_settled = True  # every change sent so far is acknowledged
-
-    def settle(self) -> None:
-        """Every output of this emission sent so far is acknowledged: move the emit cursor."""
-        txn = self.txn
-        if not self.changes_settled:
-            self.changes_settled = True
-            stream = self.stream
-            if stream.produced != txn.acked_count:
-                txn.acked_seq = self.last_seq
-                txn.acked_count = stream.produced
-                # A copy while the stream still numbers changes; once all are sent its counts are
-                # final and shared (a copy per transaction was ~1% of the steady loop).
-                txn.acked_tables = stream.tables if self.all_sent else dict(stream.tables)
-                self.engine.cursor_moved(txn)
-        if self.end_sent:
-            self.end_acked = True
 
 
 def _always_settled() -> bool:
@@ -94,7 +70,7 @@ class Emitter:
     def release(self, engine: PartitionEngine, txn: Txn) -> None:
         """Stream every change of a committed transaction to the sink, in seq order."""
         writer = change_writer(txn)
-        em = Emission(engine, txn, codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
+        em = codec.Emission(engine, txn, codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
         self.queue.append(em)
         self._to_end.append(em)
         self._unsettled.append(em)
@@ -170,8 +146,7 @@ class Emitter:
         """Every output sent so far is acknowledged (the caller saw the sink settled)."""
         unsettled, self._unsettled = self._unsettled, []
         self.settlements += 1
-        for em in unsettled:
-            em.settle()
+        codec.settle_all(unsettled)
 
     def advance(self, settled: bool = False) -> int:
         """Settle if the sink is settled (or the caller says so: a flush returned with nothing left),

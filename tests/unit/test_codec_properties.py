@@ -702,6 +702,70 @@ def test_a_change_stream_tells_apart_tables_that_share_a_prefix():
     assert fast.tables == {"ab": 2, "a": 2, "": 2, "abc": 1}
 
 
+def test_a_change_stream_names_tables_right_past_the_table_cache():
+    # The compiled stream finds a table's str in a cache of the names seen last (64): more names than
+    # that, in rounds, replace entries; each change must still be counted under its own table.
+    names = [f"t{i}" for i in range(150)] + ["t0", "t149", "t75"]
+    fast = fast_module.ChangeStream(fast_module.ChangeWriter("x", 5, 6, 1, None), 0, {})
+    got = [fast.next(ev.encode_raw({**BASE_RAW, "table": t}))[3] for t in names + names]
+    assert got == names + names
+    assert fast.tables == {t: 2 * names.count(t) for t in names}
+
+
+class _Engine:
+    def __init__(self):
+        self.moved = []
+
+    def cursor_moved(self, txn):
+        self.moved.append((txn.acked_seq, txn.acked_count, dict(txn.acked_tables)))
+
+
+@PROPS
+@given(st.lists(st.sampled_from(["sent", "all_sent", "end_sent", "settle", "settle_all"]), max_size=12))
+def test_the_compiled_emission_settles_as_the_python_one(steps):
+    # codec.Emission (compiled) against codec_py.PyEmission: the same emit cursor, the same
+    # cursor_moved calls and the same flags after any sequence of sends and settlements.
+    from processor.core.codec_py import PyEmission
+    from processor.core.txn import Txn
+
+    emissions = []
+    for cls in (fast_module.Emission, PyEmission):
+        txn = Txn(0, "x", 1)
+        stream = fast_module.ChangeStream(fast_module.ChangeWriter("x", 5, 6, 1, None), 0, {})
+        emissions.append((cls(_Engine(), txn, stream), txn, stream))
+    for step in steps:
+        for em, _txn, stream in emissions:
+            if step == "sent":  # a change of table "t" sent
+                stream.number("t")
+                em.last_seq = stream.produced * 10
+                em.changes_settled = False
+            elif step == "all_sent":
+                em.all_sent = True
+            elif step == "end_sent":
+                em.end_sent = True
+            elif step == "settle":
+                em.settle()
+            else:
+                (fast_module.settle_all if isinstance(em, fast_module.Emission) else codec_py_settle_all)([em])
+    (fast, ftxn, fstream), (slow, stxn, sstream) = emissions
+    assert (ftxn.acked_seq, ftxn.acked_count, ftxn.acked_tables) == (
+        stxn.acked_seq,
+        stxn.acked_count,
+        stxn.acked_tables,
+    )
+    assert fast.engine.moved == slow.engine.moved
+    flags = ("all_sent", "end_sent", "end_acked", "changes_settled", "last_seq")
+    assert [getattr(fast, f) for f in flags] == [getattr(slow, f) for f in flags]
+    if fast.all_sent and ftxn.acked_count:  # all sent: the final counts are shared, not copied
+        assert (ftxn.acked_tables is fstream.tables) == (stxn.acked_tables is sstream.tables)
+
+
+def codec_py_settle_all(emissions):
+    from processor.core.codec_py import settle_all
+
+    settle_all(emissions)
+
+
 class _Refuses:
     """A send that records what it is handed and raises on its nth call (None: never)."""
 
