@@ -261,7 +261,8 @@ cdef class Emission:
     ChangeStream) and how far its outputs are acknowledged. The emitter's Python Emission, in C: it
     is built once and settled twice per emitted transaction (~3 Python frames a transaction)."""
 
-    cdef public object engine, txn, stream
+    cdef public object engine, txn
+    cdef public ChangeStream stream
     cdef public object last_seq  # seq of the last change sent
     cdef public bint all_sent, end_sent, end_acked
     cdef public bint changes_settled  # every change sent so far is acknowledged
@@ -287,6 +288,18 @@ cdef class Emission:
                 self.engine.cursor_moved(txn)
         if self.end_sent:
             self.end_acked = True
+
+    cpdef bytes transaction_bytes(self, str status, object ordering):
+        """The transaction's BEGIN, or its END with the stream's counts (assemble.transaction_bytes)."""
+        cdef object txn = self.txn
+        cdef object commit = txn.commit
+        if commit is None:
+            commit = txn.require_commit()  # raises
+        if status == "END":
+            return _transaction_bytes(status, txn.xid, commit.scn, commit.ts_ms, commit.thread, self.stream.produced,
+                                      self.stream.tables or {}, txn.partition, commit.offset, ordering)
+        return _transaction_bytes(status, txn.xid, commit.scn, commit.ts_ms, commit.thread, None, None, None, None,
+                                  ordering)
 
 
 def settle_all(list emissions):

@@ -410,6 +410,25 @@ cdef object _index_key(bytes prefix, char kind, const char* p, Py_ssize_t n, int
     return key
 
 
+cdef object _txn_prefix(uint64_t partition, const char* xid, Py_ssize_t n):
+    """keys.txn_prefix(partition, xid), built in one piece: TXN, partition (4 bytes), len(xid)
+    (2 bytes), xid (UTF-8), big-endian. None when either does not fit (the Python path raises)."""
+    cdef char* out
+    if n > 0xFFFF or partition > 0xFFFFFFFF:
+        return None
+    key = PyBytes_FromStringAndSize(NULL, 7 + n)
+    out = _BUF(key)
+    out[0] = b"t"
+    out[1] = <char>((partition >> 24) & 0xFF)
+    out[2] = <char>((partition >> 16) & 0xFF)
+    out[3] = <char>((partition >> 8) & 0xFF)
+    out[4] = <char>(partition & 0xFF)
+    out[5] = <char>(n >> 8)
+    out[6] = <char>(n & 0xFF)
+    memcpy(out + 7, xid, n)
+    return key
+
+
 cdef inline object _opt_str(const char* p, Py_ssize_t n):
     return None if p == NULL else PyUnicode_DecodeUTF8(p, n, NULL)
 
@@ -458,6 +477,10 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
     # record; a record of another type is left to the Python path.
     record_type = type(records[i])
     offset_of, key_of, value_of = record_type.offset, record_type.key, record_type.value
+    open_txn, commit_txn = engine._open, engine._commit  # bound once, not at each BEGIN and COMMIT
+    partition = engine.partition
+    if type(partition) is not int or not 0 <= partition <= 0xFFFFFFFF:  # else the Python path (keys.txn_prefix)
+        return i
     try:
         while i < n:
             rec = records[i]
@@ -490,15 +513,19 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
             if kind == O_BEGIN:
                 if xid in open_txns or xid in completed or xid in pending:
                     break  # a restart from the start, or a late BEGIN: the Python path
+                prefix = _txn_prefix(partition, f.xid, f.xid_n)
+                if prefix is None:
+                    break
                 if f.user != NULL or f.client != NULL:
-                    engine._open(xid, offset, ts, _opt_str(f.user, f.user_n), _opt_str(f.client, f.client_n))
+                    open_txn(xid, offset, ts, _opt_str(f.user, f.user_n), _opt_str(f.client, f.client_n), prefix)
                 else:
-                    engine._open(xid, offset, ts)
+                    open_txn(xid, offset, ts, None, None, prefix)
             elif kind == O_COMMIT:
                 txn = open_txns.get(xid)
-                if txn is None or (not txn.identity_seen and (f.user != NULL or f.client != NULL)):
+                if txn is None or ((f.user != NULL or f.client != NULL)
+                                   and not _txn_get(txn, type(txn) is TXN_TYPE, T_IDENTITY_SEEN)):
                     break
-                actions.extend(engine._commit(txn, offset, f.scn, ts, f.thread))
+                actions.extend(commit_txn(txn, offset, f.scn, ts, f.thread))
             if ts > last_ts:
                 last_ts = ts
             if kind != O_CHANGE:

@@ -83,6 +83,13 @@ def transaction_bytes(
 ):
     """The TransactionEvent of these fields (tables: {name: changes}, or None for no
     data_collections), byte-equal to encoding assemble.transaction_event()'s record."""
+    return _transaction_bytes(status, xid, scn, ts_ms, thread, event_count, tables, partition, offset, ordering)
+
+
+cdef object _transaction_bytes(
+    object status, object xid, object scn, object ts_ms, object thread, object event_count, object tables,
+    object partition, object offset, object ordering,
+):
     cdef Writer w
     w_init(&w)
     try:

@@ -42,6 +42,20 @@ class PyEmission:
         if self.end_sent:
             self.end_acked = True
 
+    def transaction_bytes(self, status: str, ordering: str | None) -> bytes:
+        """The transaction's BEGIN, or its END with the stream's counts (assemble.transaction_bytes)."""
+        txn = self.txn
+        c = txn.require_commit()
+        if status == "END":
+            stream = self.stream
+            record = _ev.transaction_record(
+                status, txn.xid, c.scn, c.ts_ms, c.thread, stream.produced, stream.tables or {}, txn.partition,
+                c.offset, ordering,
+            )  # fmt: skip
+        else:
+            record = _ev.transaction_record(status, txn.xid, c.scn, c.ts_ms, c.thread, None, None, None, None, ordering)
+        return _ev.encode_transaction(record)
+
 
 def settle_all(emissions: list[Any]) -> None:
     for em in emissions:

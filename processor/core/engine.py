@@ -218,14 +218,23 @@ class PartitionEngine:
     # _open and _commit are also called by the compiled lane (codec.buffer_changes), for a BEGIN of
     # a new transaction (with its user and client) and a COMMIT of an open one.
 
-    def _open(self, xid: str, offset: int, ts_ms: int, user: str | None = None, client: str | None = None) -> Txn:
+    def _open(
+        self,
+        xid: str,
+        offset: int,
+        ts_ms: int,
+        user: str | None = None,
+        client: str | None = None,
+        prefix: bytes | None = None,
+    ) -> Txn:
         # Positional (partition, xid, first_offset, prefix, first_ts_ms, user, client, identity_seen),
         # the prefix made here: one is built per transaction, and keywords and __post_init__ made it
         # twice as expensive. A BEGIN that names its user or client identifies the transaction here,
         # as _identify does, unless an identity filter may drop it: then _identify decides.
         identified = user is not None or client is not None
         filter_identity = identified and self._identity_filtered
-        prefix = keys.txn_prefix(self.partition, xid)
+        if prefix is None:  # else the lane built it (keys.txn_prefix's bytes)
+            prefix = keys.txn_prefix(self.partition, xid)
         if identified and not filter_identity:
             txn = _new_txn(self.partition, xid, offset, prefix, ts_ms, user, client, True)
         else:

@@ -24,7 +24,7 @@ from typing import Any
 
 from processor.core import codec, keys
 from processor.core import events as ev
-from processor.core.assemble import change_event_bytes, change_writer, iter_changes, transaction_bytes
+from processor.core.assemble import change_event_bytes, change_writer, iter_changes
 from processor.core.contracts import Sink
 from processor.core.engine import PartitionEngine
 from processor.core.txn import Txn
@@ -76,7 +76,7 @@ class Emitter:
         self._unsettled.append(em)
         key = txn.xid.encode()
         failed = self._failed
-        self.sink.send_transaction(key, transaction_bytes("BEGIN", txn, self.ordering), failed)
+        self.sink.send_transaction(key, em.transaction_bytes("BEGIN", self.ordering), failed)
         send, tombstones = self.sink.send_change, self.tombstones
         stream = em.stream
         sent = 0
@@ -186,8 +186,7 @@ class Emitter:
             em.end_sent = True
             self._unsettled.append(em)
             ended = True
-            end = transaction_bytes("END", em.txn, self.ordering, em.stream.produced, em.stream.tables)
-            self.sink.send_transaction(em.txn.xid.encode(), end, self._failed)
+            self.sink.send_transaction(em.txn.xid.encode(), em.transaction_bytes("END", self.ordering), self._failed)
         return ended
 
     def pending_for(self, engine: PartitionEngine) -> int:

@@ -760,6 +760,28 @@ def test_the_compiled_emission_settles_as_the_python_one(steps):
         assert (ftxn.acked_tables is fstream.tables) == (stxn.acked_tables is sstream.tables)
 
 
+@PROPS
+@given(txn_parts, st.lists(opt_texts, max_size=5), st.sampled_from(["partition", "global", None]))
+def test_an_emission_encodes_begin_and_end_as_assemble_does(txn, tables, ordering):
+    # BEGIN and END from the compiled Emission, the Python one and assemble.transaction_bytes: the same bytes.
+    from processor.core.assemble import transaction_bytes
+    from processor.core.codec_py import PyEmission
+    from processor.core.txn import Commit, Txn
+
+    t = Txn(3, txn["xid"], 10, user=txn["user"])
+    t.commit = Commit(txn["commit_scn"], txn["commit_ts_ms"], txn["thread"], 42)
+    stream = fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {})
+    for table in tables:
+        stream.number(table)
+    fast, slow = fast_module.Emission(_Engine(), t, stream), PyEmission(_Engine(), t, stream)
+    begin = outcome(transaction_bytes, "BEGIN", t, ordering)
+    end = outcome(transaction_bytes, "END", t, ordering, stream.produced, stream.tables)
+    assert outcome(fast.transaction_bytes, "BEGIN", ordering) == outcome(slow.transaction_bytes, "BEGIN", ordering)
+    assert outcome(fast.transaction_bytes, "BEGIN", ordering) == begin
+    assert outcome(fast.transaction_bytes, "END", ordering) == outcome(slow.transaction_bytes, "END", ordering)
+    assert outcome(fast.transaction_bytes, "END", ordering) == end
+
+
 def codec_py_settle_all(emissions):
     from processor.core.codec_py import settle_all
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.core import codec
+from processor.core import codec, keys
 from processor.core import events as ev
 from processor.core.engine import Filters, PartitionEngine
 from processor.core.txn import Txn
@@ -266,3 +266,14 @@ def test_the_straight_line_scan_reads_maps_written_in_blocks():
         assert layout == tree and layout[0] == "ok"
         ends.append(layout[1])
     assert ends[0] == len(value) and ends[1] == value.index(b"\x02\x02\x04id")  # whole; up to key
+
+
+@pytest.mark.parametrize("partition", [0, 7, 300, 2**31 + 5])
+def test_a_transaction_opened_by_the_lane_has_the_prefix_keys_gives(partition):
+    # The lane builds the transaction's key prefix in C (keys.txn_prefix's layout): the same bytes for
+    # any partition and XID, so its keys land where the Python path puts them.
+    engine = PartitionEngine(partition, MemoryStore())
+    xids = ["x", "é-ü", "a" * 300]
+    records = [Record(i, x.encode(), ev.encode_raw(ev.raw_event(x, ev.BEGIN, 0, 1))) for i, x in enumerate(xids)]
+    assert codec.buffer_changes(engine, records, 0, engine.open, engine.batch.put, []) == len(xids)  # all in C
+    assert {x: t.prefix for x, t in engine.open.items()} == {x: keys.txn_prefix(partition, x) for x in xids}
