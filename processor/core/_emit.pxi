@@ -292,14 +292,19 @@ cdef class Emission:
     cpdef bytes transaction_bytes(self, str status, object ordering):
         """The transaction's BEGIN, or its END with the stream's counts (assemble.transaction_bytes)."""
         cdef object txn = self.txn
-        cdef object commit = txn.commit
+        cdef bint slots = type(txn) is TXN_TYPE  # the fields through their slots (_lane.pxi)
+        cdef object commit = _txn_get(txn, slots, T_COMMIT)
         if commit is None:
             commit = txn.require_commit()  # raises
+        cdef bint commit_slots = type(commit) is COMMIT_TYPE
+        xid = _txn_get(txn, slots, T_XID)
+        scn, ts_ms = _commit_get(commit, commit_slots, C_SCN), _commit_get(commit, commit_slots, C_TS_MS)
+        thread = _commit_get(commit, commit_slots, C_THREAD)
         if status == "END":
-            return _transaction_bytes(status, txn.xid, commit.scn, commit.ts_ms, commit.thread, self.stream.produced,
-                                      self.stream.tables or {}, txn.partition, commit.offset, ordering)
-        return _transaction_bytes(status, txn.xid, commit.scn, commit.ts_ms, commit.thread, None, None, None, None,
-                                  ordering)
+            return _transaction_bytes(status, xid, scn, ts_ms, thread, self.stream.produced, self.stream.tables or {},
+                                      _txn_get(txn, slots, T_PARTITION), _commit_get(commit, commit_slots, C_OFFSET),
+                                      ordering)
+        return _transaction_bytes(status, xid, scn, ts_ms, thread, None, None, None, None, ordering)
 
 
 def settle_all(list emissions):

@@ -15,6 +15,7 @@
 # one on the Python path.
 
 from cpython.bytes cimport PyBytes_AS_STRING as _BUF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 cdef extern from "Python.h":
     ctypedef struct PyMemberDef:
@@ -68,10 +69,16 @@ cdef struct LaneFields:
 # (PyMember_GetOne/SetOne: what the attribute's descriptor does, without looking the name up on the
 # type at each access, which was ~140 instructions an access and 6 to 8 accesses a change).
 cdef enum TxnSlot:
-    T_FILTERED, T_IDENTITY_SEEN, T_PREFIX, T_STAGED, T_EVENTS, T_BYTES, T_SLOTS
-_TXN_SLOT_NAMES = ("filtered", "identity_seen", "prefix", "staged", "events", "bytes")
+    T_FILTERED, T_IDENTITY_SEEN, T_PREFIX, T_STAGED, T_EVENTS, T_BYTES, T_XID, T_PARTITION, T_COMMIT, T_SLOTS
+_TXN_SLOT_NAMES = ("filtered", "identity_seen", "prefix", "staged", "events", "bytes", "xid", "partition", "commit")
 cdef PyMemberDef* TXN_MEMBERS[<int>T_SLOTS]
 cdef type TXN_TYPE = None  # the class whose slots TXN_MEMBERS are; None: plain attribute access
+# The same for the Commit a committed Txn holds (the emission's BEGIN and END read all four).
+cdef enum CommitSlot:
+    C_SCN, C_TS_MS, C_THREAD, C_OFFSET, C_SLOTS
+_COMMIT_SLOT_NAMES = ("scn", "ts_ms", "thread", "offset")
+cdef PyMemberDef* COMMIT_MEMBERS[<int>C_SLOTS]
+cdef type COMMIT_TYPE = None
 
 
 def enable_txn_slots(type cls):
@@ -87,6 +94,26 @@ def enable_txn_slots(type cls):
         TXN_MEMBERS[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member
     TXN_TYPE = cls
     return True
+
+
+def enable_commit_slots(type cls):
+    """enable_txn_slots for core.txn.Commit."""
+    global COMMIT_TYPE
+    import types
+    COMMIT_TYPE = None
+    for i, name in enumerate(_COMMIT_SLOT_NAMES):
+        descriptor = cls.__dict__.get(name)
+        if type(descriptor) is not types.MemberDescriptorType:
+            return False
+        COMMIT_MEMBERS[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member
+    COMMIT_TYPE = cls
+    return True
+
+
+cdef inline object _commit_get(object commit, bint slots, int i):
+    if slots:
+        return PyMember_GetOne(<const char*><PyObject*>commit, COMMIT_MEMBERS[i])
+    return getattr(commit, _COMMIT_SLOT_NAMES[i])
 
 
 cdef inline object _txn_get(object txn, bint slots, int i):
@@ -433,25 +460,35 @@ cdef inline object _opt_str(const char* p, Py_ssize_t n):
     return None if p == NULL else PyUnicode_DecodeUTF8(p, n, NULL)
 
 
-# The record key (the XID's bytes) -> the XID as a str. A transaction's records each carried a new
-# str, decoded and hashed again at each lookup (~2% of the steady loop); the one str object, its
-# hash kept, is also found by identity in the engine's dicts. Cleared when full: a cache, no state.
-cdef dict _XID_STRS = {}
-cdef Py_ssize_t _XID_STRS_MAX = 1 << 16
+# The XID of each record as a str, from a direct-mapped table of recent XIDs indexed by a hash of
+# its bytes. A transaction's records each carried a new str, decoded and hashed again at each lookup;
+# this keeps one str per XID (its hash kept, found by identity in the engine's dicts). A dict keyed
+# by the record key hashed every fresh key object and, holding tens of thousands of XIDs, missed
+# the CPU's caches (~4% of the loop on small transactions); a slot costs a short hash and a compare.
+# A cache, no state: a slot that holds another XID is replaced.
+cdef enum:
+    XID_SLOTS = 4096  # a power of two
+cdef PyObject* _XID_SLOTS[XID_SLOTS]
 
 
-cdef inline object _xid_str(object key, const char* p, Py_ssize_t n):
-    """The XID of a record whose key (None, or bytes equal to the XID's) was checked against it."""
+cdef inline object _xid_str(const char* p, Py_ssize_t n):
+    """The XID whose UTF-8 (validated) is p[:n], as a str."""
+    cdef uint64_t h = 14695981039346656037ULL  # FNV-1a
+    cdef Py_ssize_t i, size
+    cdef const char* u
     cdef PyObject* held
-    if key is None:
-        return PyUnicode_DecodeUTF8(p, n, NULL)
-    held = PyDict_GetItem(_XID_STRS, key)
+    for i in range(n):
+        h = (h ^ <unsigned char>p[i]) * 1099511628211ULL
+    i = <Py_ssize_t>(h & (XID_SLOTS - 1))
+    held = _XID_SLOTS[i]
     if held != NULL:
-        return <object>held
+        u = PyUnicode_AsUTF8AndSize(<object>held, &size)
+        if size == n and memcmp(u, p, n) == 0:
+            return <object>held
     xid = PyUnicode_DecodeUTF8(p, n, NULL)
-    if len(_XID_STRS) >= _XID_STRS_MAX:
-        _XID_STRS.clear()
-    _XID_STRS[key] = xid
+    Py_INCREF(xid)
+    _XID_SLOTS[i] = <PyObject*>xid
+    Py_XDECREF(held)
     return xid
 
 
@@ -508,7 +545,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
                 PyBytes_GET_SIZE(key) != f.xid_n or memcmp(_BUF(key), f.xid, f.xid_n) != 0
             ):
                 break  # apply() dead-letters it (validation.misplaced)
-            xid = _xid_str(key, f.xid, f.xid_n)
+            xid = _xid_str(f.xid, f.xid_n)
             ts = f.ts_ms
             if kind == O_BEGIN:
                 if xid in open_txns or xid in completed or xid in pending:

@@ -47,7 +47,7 @@ from .codec_py import partition_runs as py_partition_runs
 from .codec_py import settle_all as py_settle_all
 from .codec_py import staged_range as py_staged_range
 from .events import DecodeError
-from .txn import Txn
+from .txn import Commit, Txn
 
 __all__ = [
     "BACKEND",
@@ -292,6 +292,7 @@ def _compiled() -> dict[str, Any]:
     fast.enable_change_key(_ev.change_key)
     fast.enable_lane(_ev.ROW_OPS, _ev.BEGIN, _ev.COMMIT)
     fast.enable_txn_slots(Txn)
+    fast.enable_commit_slots(Commit)
     encode = codecs["transaction_event"].encode
     fast.enable_transaction_writer(lambda *fields: encode(_ev.transaction_record(*fields)))
     return codecs

@@ -277,3 +277,23 @@ def test_a_transaction_opened_by_the_lane_has_the_prefix_keys_gives(partition):
     records = [Record(i, x.encode(), ev.encode_raw(ev.raw_event(x, ev.BEGIN, 0, 1))) for i, x in enumerate(xids)]
     assert codec.buffer_changes(engine, records, 0, engine.open, engine.batch.put, []) == len(xids)  # all in C
     assert {x: t.prefix for x, t in engine.open.items()} == {x: keys.txn_prefix(partition, x) for x in xids}
+
+
+def test_the_lane_names_each_transaction_right_past_its_xid_cache():
+    # The lane finds each record's XID str in a table of 4,096 recent ones: 10,000 transactions (slots
+    # replaced many times, colliding XIDs among them), then a change and a COMMIT of each of the first
+    # hundred, whose entries are long gone: every transaction under its own XID.
+    engine = PartitionEngine(0, MemoryStore())
+    xids = [f"x{i}" for i in range(10_000)] + ["é", "ü" * 40]
+    records = [Record(i, x.encode(), ev.encode_raw(ev.raw_event(x, ev.BEGIN, 0, 1))) for i, x in enumerate(xids)]
+    assert codec.buffer_changes(engine, records, 0, engine.open, engine.batch.put, []) == len(records)
+    assert list(engine.open) == xids
+    later, n = [], len(records)
+    for x in xids[:100]:
+        change = ev.raw_event(x, ev.INSERT, 1, 2, table="s.t", key={"id": 1})
+        later.append(Record(n + len(later), x.encode(), ev.encode_raw(change)))
+        later.append(Record(n + len(later), x.encode(), ev.encode_raw(ev.raw_event(x, ev.COMMIT, 2, 3))))
+    actions: list = []
+    assert codec.buffer_changes(engine, later, 0, engine.open, engine.batch.put, actions) == len(later)
+    assert [a.txn.xid for a in actions] == xids[:100]
+    assert all(a.txn.events == 1 for a in actions) and list(engine.open) == xids[100:]
