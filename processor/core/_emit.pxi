@@ -49,7 +49,7 @@ cdef object _table_str(const char* p, Py_ssize_t n):
 cdef class ChangeStream:
     """The ChangeEvents of one committed transaction, from its buffered raw events in seq order."""
 
-    cdef ChangeWriter writer
+    cdef readonly ChangeWriter writer
     cdef public Py_ssize_t produced     # total_order of the last change numbered
     cdef readonly dict tables           # table ("" for none) -> changes numbered
     cdef list _vals                     # the prefix fields of the event being encoded
@@ -267,7 +267,21 @@ cdef class Emission:
     cdef public bint all_sent, end_sent, end_acked
     cdef public bint changes_settled  # every change sent so far is acknowledged
 
-    def __init__(self, engine, txn, stream):
+    def __init__(self, engine, txn, ChangeStream stream=None):
+        """stream None: the transaction's own, numbering from its emit cursor (assemble.change_writer's
+        writer; the commit, xid and user read through their slots)."""
+        cdef bint slots, commit_slots
+        cdef object commit
+        if stream is None:
+            slots = type(txn) is TXN_TYPE
+            commit = _txn_get(txn, slots, T_COMMIT)
+            if commit is None:
+                commit = txn.require_commit()  # raises
+            commit_slots = type(commit) is COMMIT_TYPE
+            writer = ChangeWriter(_txn_get(txn, slots, T_XID), _commit_get(commit, commit_slots, C_SCN),
+                                  _commit_get(commit, commit_slots, C_TS_MS),
+                                  _commit_get(commit, commit_slots, C_THREAD), txn.user)
+            stream = ChangeStream(writer, txn.acked_count, dict(txn.acked_tables))
         self.engine, self.txn, self.stream = engine, txn, stream
         self.last_seq = txn.acked_seq
         self.all_sent = self.end_sent = self.end_acked = False

@@ -16,7 +16,8 @@ API (identical on both backends):
       op, seq, scn, ts_ms, table, row_id, attrs, raw, body_at, total_order, collection_order) -> bytes
   change_key(table, key) -> bytes                           events.change_key's bytes
   change_stream(writer, produced, tables) -> ChangeStream   one committed transaction's ChangeEvents
-  Emission(engine, txn, stream)                          a released transaction's acknowledgement state
+  emission(engine, txn) -> Emission                      a released transaction: its ChangeStream (from
+                                                         its emit cursor) and acknowledgement state
   settle_all(emissions)                                  emission.settle() for each, in order
   buffer_changes(engine, records, i, open_txns, put, actions) -> int  the engine's fast lane (compiled only)
   partition_runs(records) -> ({partition: records}, errors)  a poll batch split by partition
@@ -55,7 +56,6 @@ __all__ = [
     "ChangeEncoder",
     "ChangeWriter",
     "DecodeError",
-    "Emission",
     "RawView",
     "announce",
     "buffer_changes",
@@ -67,6 +67,7 @@ __all__ = [
     "decode_raw_batch",
     "decode_raw_view",
     "decode_transaction",
+    "emission",
     "encode_change",
     "encode_outcome",
     "encode_raw",
@@ -323,7 +324,7 @@ BACKEND, BACKEND_REASON, _codecs = _choose()
 ChangeWriter: Callable[[str, int, int, int, str | None], ChangeEncoder]
 change_key: Callable[[str | None, dict[str, Any] | None], bytes]
 change_stream: Callable[[Any, int, dict[str, int]], Any]
-Emission: Callable[[Any, Txn, Any], Any]
+emission: Callable[[Any, Txn], Any]
 settle_all: Callable[[list[Any]], None]
 buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None], list[Any]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
@@ -345,7 +346,7 @@ if _codecs is not None:
     ChangeWriter = _codecs["module"].ChangeWriter
     change_key = _codecs["module"].change_key
     change_stream = _codecs["module"].ChangeStream
-    Emission = _codecs["module"].Emission
+    emission = _codecs["module"].Emission
     settle_all = _codecs["module"].settle_all
     buffer_changes = _codecs["module"].buffer_changes
     partition_runs = _codecs["module"].partition_runs
@@ -363,7 +364,12 @@ else:
     ChangeWriter = PyChangeWriter
     change_key = _ev.change_key
     change_stream = partial(PyChangeStream, view=_py_view)
-    Emission = PyEmission
+
+    def emission(engine: Any, txn: Txn) -> Any:
+        commit = txn.require_commit()
+        writer = PyChangeWriter(txn.xid, commit.scn, commit.ts_ms, commit.thread, txn.user)
+        return PyEmission(engine, txn, change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
+
     settle_all = py_settle_all
     buffer_changes = no_lane
     partition_runs = py_partition_runs

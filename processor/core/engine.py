@@ -569,7 +569,11 @@ class PartitionEngine:
     def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
         self.completed[xid] = (offset, outcome)
         fifo_key = keys.fifo_key(self.partition, offset, xid)
-        self._fifo_append(offset, xid, fifo_key)
+        self.fifo.append((offset, xid, fifo_key))  # _fifo_append, inline: once per transaction
+        mins = self._fifo_mins
+        while mins and mins[-1] > offset:
+            mins.pop()
+        mins.append(offset)
         self.batch.put(fifo_key, _OUTCOME_BYTES.get(outcome) or outcome.encode())
         if xid in self._meta_stored:  # its metadata goes; one never stored has none (and most are not)
             self._dirty.add(xid)
@@ -713,23 +717,25 @@ class PartitionEngine:
         if fifo[chunk - 1][0] >= low:
             return
         completed, mins = self.completed, self._fifo_mins
-        pruned: list[tuple[int, bytes]] = []
+        pruned: list[tuple[int, str, bytes]] = []
         while len(fifo) > keep and fifo[0][0] < low:
-            offset, xid, fifo_key = fifo.popleft()
+            entry = fifo.popleft()
+            offset, xid, _ = entry
             if mins[0] == offset:  # the entry leaving was the smallest kept
                 mins.popleft()
             if completed.get(xid, (None,))[0] == offset:
                 del completed[xid]
-            pruned.append((offset, fifo_key))
+            pruned.append(entry)
         if not pruned:
             return
         kept_from = mins[0] if fifo else None
         start = keys.partition_prefix(keys.FIFO, self.partition)
         end = keys.upper_bound(start) if kept_from is None else keys.fifo_key_bound(self.partition, kept_from)
         self.batch.delete_range(start, end)
-        for offset, fifo_key in pruned:
-            if kept_from is not None and offset >= kept_from:
-                self.batch.delete(fifo_key)
+        if kept_from is not None and max(pruned)[0] >= kept_from:  # else the range covered them all
+            for offset, _, fifo_key in pruned:
+                if offset >= kept_from:
+                    self.batch.delete(fifo_key)
 
     @classmethod
     def restore(

@@ -39,6 +39,7 @@ _H = struct.Struct(">H")
 # The per-transaction keys in one pack each: they are made for every transaction.
 _PH = struct.Struct(">IH")
 _PQ = struct.Struct(">IQ")
+_FIFO_PQ = struct.Struct(">cIQ")  # FIFO, partition, offset
 SEQ_MAX = (1 << 64) - 1
 
 
@@ -104,7 +105,7 @@ def meta_key_of(txn_prefix: bytes) -> bytes:
 
 
 def fifo_key(partition: int, offset: int, xid: str) -> bytes:
-    return FIFO + _PQ.pack(partition, offset) + xid.encode()
+    return _FIFO_PQ.pack(FIFO, partition, offset) + xid.encode()  # one per finished transaction
 
 
 def fifo_key_bound(partition: int, offset: int) -> bytes:

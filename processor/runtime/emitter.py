@@ -24,7 +24,7 @@ from typing import Any
 
 from processor.core import codec, keys
 from processor.core import events as ev
-from processor.core.assemble import change_event_bytes, change_writer, iter_changes
+from processor.core.assemble import change_event_bytes, iter_changes
 from processor.core.contracts import Sink
 from processor.core.engine import PartitionEngine
 from processor.core.txn import Txn
@@ -69,8 +69,7 @@ class Emitter:
 
     def release(self, engine: PartitionEngine, txn: Txn) -> None:
         """Stream every change of a committed transaction to the sink, in seq order."""
-        writer = change_writer(txn)
-        em = codec.Emission(engine, txn, codec.change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
+        em = codec.emission(engine, txn)
         self.queue.append(em)
         self._to_end.append(em)
         self._unsettled.append(em)
@@ -83,6 +82,7 @@ class Emitter:
         last_seq, table = em.last_seq, ""
         try:
             if txn.fragments:  # changes may have fragments to merge: the decoding path
+                writer = stream.writer
                 for change in iter_changes(engine.store, txn):
                     table = change.table or ""
                     total_order, collection_order = stream.number(table)
