@@ -299,7 +299,8 @@ cdef class Emission:
                 txn.acked_count = produced
                 # Shared once every change is sent (the counts are final), else a copy.
                 txn.acked_tables = self.stream.tables if self.all_sent else dict(self.stream.tables)
-                self.engine.cursor_moved(txn)
+                if _txn_get(txn, type(txn) is TXN_TYPE, T_STAGED) is None:  # else cursor_moved does nothing
+                    self.engine.cursor_moved(txn)
         if self.end_sent:
             self.end_acked = True
 

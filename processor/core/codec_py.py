@@ -38,7 +38,8 @@ class PyEmission:
                 # A copy while the stream still numbers changes; once all are sent its counts are
                 # final and shared (a copy per transaction was ~1% of the steady loop).
                 txn.acked_tables = stream.tables if self.all_sent else dict(stream.tables)
-                self.engine.cursor_moved(txn)
+                if txn.staged is None:  # else cursor_moved does nothing (a staged one's metadata is not stored)
+                    self.engine.cursor_moved(txn)
         if self.end_sent:
             self.end_acked = True
 
