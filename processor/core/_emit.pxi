@@ -274,9 +274,7 @@ cdef class Emission:
         cdef object commit
         if stream is None:
             slots = type(txn) is TXN_TYPE
-            commit = _txn_get(txn, slots, T_COMMIT)
-            if commit is None:
-                commit = txn.require_commit()  # raises
+            commit = _commit_of(txn, slots)
             commit_slots = type(commit) is COMMIT_TYPE
             writer = ChangeWriter(_txn_get(txn, slots, T_XID), _commit_get(commit, commit_slots, C_SCN),
                                   _commit_get(commit, commit_slots, C_TS_MS),
@@ -308,9 +306,7 @@ cdef class Emission:
         """The transaction's BEGIN, or its END with the stream's counts (assemble.transaction_bytes)."""
         cdef object txn = self.txn
         cdef bint slots = type(txn) is TXN_TYPE  # the fields through their slots (_lane.pxi)
-        cdef object commit = _txn_get(txn, slots, T_COMMIT)
-        if commit is None:
-            commit = txn.require_commit()  # raises
+        cdef object commit = _commit_of(txn, slots)
         cdef bint commit_slots = type(commit) is COMMIT_TYPE
         xid = _txn_get(txn, slots, T_XID)
         scn, ts_ms = _commit_get(commit, commit_slots, C_SCN), _commit_get(commit, commit_slots, C_TS_MS)

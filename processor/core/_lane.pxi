@@ -81,17 +81,25 @@ cdef PyMemberDef* COMMIT_MEMBERS[<int>C_SLOTS]
 cdef type COMMIT_TYPE = None
 
 
+cdef bint _arm_slots(type cls, tuple names, PyMemberDef** members) except -1:
+    """Fill members with the slots of cls named names; False (members not to be used) when one of
+    them is not a slot of cls."""
+    import types
+    for i, name in enumerate(names):
+        descriptor = cls.__dict__.get(name)
+        if type(descriptor) is not types.MemberDescriptorType:
+            return False
+        members[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member
+    return True
+
+
 def enable_txn_slots(type cls):
     """Reach these attributes of cls's instances (core.txn.Txn) through their slots. A class without
     one of them as a slot keeps plain attribute access."""
     global TXN_TYPE
-    import types
     TXN_TYPE = None
-    for i, name in enumerate(_TXN_SLOT_NAMES):
-        descriptor = cls.__dict__.get(name)
-        if type(descriptor) is not types.MemberDescriptorType:
-            return False
-        TXN_MEMBERS[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member
+    if not _arm_slots(cls, _TXN_SLOT_NAMES, TXN_MEMBERS):
+        return False
     TXN_TYPE = cls
     return True
 
@@ -99,13 +107,9 @@ def enable_txn_slots(type cls):
 def enable_commit_slots(type cls):
     """enable_txn_slots for core.txn.Commit."""
     global COMMIT_TYPE
-    import types
     COMMIT_TYPE = None
-    for i, name in enumerate(_COMMIT_SLOT_NAMES):
-        descriptor = cls.__dict__.get(name)
-        if type(descriptor) is not types.MemberDescriptorType:
-            return False
-        COMMIT_MEMBERS[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member
+    if not _arm_slots(cls, _COMMIT_SLOT_NAMES, COMMIT_MEMBERS):
+        return False
     COMMIT_TYPE = cls
     return True
 
@@ -114,6 +118,12 @@ cdef inline object _commit_get(object commit, bint slots, int i):
     if slots:
         return PyMember_GetOne(<const char*><PyObject*>commit, COMMIT_MEMBERS[i])
     return getattr(commit, _COMMIT_SLOT_NAMES[i])
+
+
+cdef object _commit_of(object txn, bint slots):
+    """A committed transaction's Commit; raises as Txn.require_commit does for one without."""
+    commit = _txn_get(txn, slots, T_COMMIT)
+    return txn.require_commit() if commit is None else commit
 
 
 cdef inline object _txn_get(object txn, bint slots, int i):

@@ -366,9 +366,9 @@ else:
     change_stream = partial(PyChangeStream, view=_py_view)
 
     def emission(engine: Any, txn: Txn) -> Any:
-        commit = txn.require_commit()
-        writer = PyChangeWriter(txn.xid, commit.scn, commit.ts_ms, commit.thread, txn.user)
-        return PyEmission(engine, txn, change_stream(writer, txn.acked_count, dict(txn.acked_tables)))
+        from .assemble import change_writer  # assemble imports this module
+
+        return PyEmission(engine, txn, change_stream(change_writer(txn), txn.acked_count, dict(txn.acked_tables)))
 
     settle_all = py_settle_all
     buffer_changes = no_lane

@@ -43,19 +43,13 @@ class PyEmission:
         if self.end_sent:
             self.end_acked = True
 
-    def transaction_bytes(self, status: str, ordering: str | None) -> bytes:
+    def transaction_bytes(self, status: str, ordering: str) -> bytes:
         """The transaction's BEGIN, or its END with the stream's counts (assemble.transaction_bytes)."""
-        txn = self.txn
-        c = txn.require_commit()
+        from .assemble import transaction_bytes  # assemble imports codec, which imports this module
+
         if status == "END":
-            stream = self.stream
-            record = _ev.transaction_record(
-                status, txn.xid, c.scn, c.ts_ms, c.thread, stream.produced, stream.tables or {}, txn.partition,
-                c.offset, ordering,
-            )  # fmt: skip
-        else:
-            record = _ev.transaction_record(status, txn.xid, c.scn, c.ts_ms, c.thread, None, None, None, None, ordering)
-        return _ev.encode_transaction(record)
+            return transaction_bytes(status, self.txn, ordering, self.stream.produced, self.stream.tables)
+        return transaction_bytes(status, self.txn, ordering)
 
 
 def settle_all(emissions: list[Any]) -> None:

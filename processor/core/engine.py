@@ -569,11 +569,7 @@ class PartitionEngine:
     def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
         self.completed[xid] = (offset, outcome)
         fifo_key = keys.fifo_key(self.partition, offset, xid)
-        self.fifo.append((offset, xid, fifo_key))  # _fifo_append, inline: once per transaction
-        mins = self._fifo_mins
-        while mins and mins[-1] > offset:
-            mins.pop()
-        mins.append(offset)
+        self._fifo_append(offset, xid, fifo_key)
         self.batch.put(fifo_key, _OUTCOME_BYTES.get(outcome) or outcome.encode())
         if xid in self._meta_stored:  # its metadata goes; one never stored has none (and most are not)
             self._dirty.add(xid)
