@@ -109,14 +109,11 @@ def _paced(bench, name: str, rate: float, seconds: float, proc_factory) -> dict:
     ensure_topics(bench.bootstrap, {raw: 4}, config=APPEND_TIME)
     writer = RawTopicWriter(bench.bootstrap, raw, partitions=4)
     src = wl.SmallTxns(f"{name}-", 100)
-    n_total = max(200, int(rate * seconds))
-    evs: list = []
-    for item in src.events(lambda: len(evs) >= n_total):
-        evs.append(item)
+    evs = wl.pregenerate(src, max(200, int(rate * seconds)))
     proc = proc_factory(raw)
     proc.wait_marker("partition.assigned", 120)
     time.sleep(1.0)
-    commit_ms, offered_s = wl.feed_paced(writer, src, evs, rate)
+    commit_ms, offered_s = wl.feed_paced(writer, evs, rate)
     return {"proc": proc, "commit_ms": commit_ms, "achieved_rate": len(evs) / offered_s, "events": len(evs), "raw": raw}
 
 

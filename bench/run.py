@@ -359,14 +359,11 @@ class Bench:
         writer = RawTopicWriter(self.bootstrap, raw, partitions=4)
         xfilter = wl.avoiding_partition(3, writer.partitions) if idle_partition else None
         src = wl.SmallTxns(f"{name}-", 100 + run, xid_filter=xfilter)
-        n_total = int(rate * seconds)
-        evs: list = []  # encoded up front, so the paced loop only produces
-        for item in src.events(lambda: len(evs) >= n_total):
-            evs.append(item)
+        evs = wl.pregenerate(src, int(rate * seconds))
         proc = self.processor(name, raw, f"bench-{name}", available_now=False, ordering=ordering)
         proc.wait_marker("partition.assigned", 120)
         time.sleep(1.0)
-        commit_ms, offered_s = wl.feed_paced(writer, src, evs, rate)
+        commit_ms, offered_s = wl.feed_paced(writer, evs, rate)
         n = len(evs)
         ends: dict[str, int] = {}
         deadline = time.monotonic() + max(120.0, 4 * seconds)

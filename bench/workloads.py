@@ -51,6 +51,7 @@ class _Encoder:
     def __init__(self, rng: random.Random, size: int = 200):
         self.rng = rng
         self.scn = 0
+        self.ts_ms = 0  # source time: the wall clock at the last BEGIN/COMMIT/ROLLBACK written
         self.pad = "x" * max(0, size - 150)
 
     def change(self, xid: str, seq: int, pk: int) -> bytes:
@@ -84,7 +85,8 @@ class _Encoder:
 
     def control(self, xid: str, op: str, seq: int) -> bytes:
         self.scn += 1
-        return codec.encode_raw(ev.raw_event(xid, op, seq, self.scn, ts_ms=int(time.time() * 1000), user="bench"))
+        self.ts_ms = int(time.time() * 1000)
+        return codec.encode_raw(ev.raw_event(xid, op, seq, self.scn, ts_ms=self.ts_ms, user="bench"))
 
 
 class SmallTxns:
@@ -294,8 +296,23 @@ def avoiding_partition(idle: int, partitions: int) -> Callable[[str], bool]:
     return lambda xid: partition_of(xid, partitions) != idle
 
 
-def feed_paced(writer: RawTopicWriter, src: SmallTxns, evs: list, rate: float) -> tuple[dict[str, float], float]:
-    """Produce pre-encoded events at `rate` events/s, with a heartbeat every 100 ms, then flush.
+def pregenerate(src: SmallTxns, n_total: int) -> list[tuple[str, bytes, str, int, int]]:
+    """`n_total` events of `src`, encoded up front so that a paced loop only produces them; each with
+    the source's scn and time after it (what a heartbeat written after it may say)."""
+    evs: list[tuple[str, bytes, str, int, int]] = []
+    for xid, value, kind in src.events(lambda: len(evs) >= n_total):
+        evs.append((xid, value, kind, src.enc.scn, src.enc.ts_ms))
+    return evs
+
+
+def feed_paced(writer: RawTopicWriter, evs: list, rate: float) -> tuple[dict[str, float], float]:
+    """Produce pregenerated events at `rate` events/s, with a heartbeat every 100 ms, then flush.
+
+    A heartbeat carries the scn and source time of the last event written, as a source's would. The
+    wall clock at feeding is ahead of the events' own time by how long pregenerating took (tens of
+    seconds at 1M events): heartbeats stamped with it made every transaction look older than
+    STAGE_MAX_AGE_MS, so each checkpoint spilled all of them to the store, and said that no COMMIT
+    below the last pregenerated scn would follow, which was false.
 
     Returns the wall-clock instant (ms) each COMMIT was produced, by XID, and the seconds it took."""
     commit_ms: dict[str, float] = {}
@@ -305,17 +322,19 @@ def feed_paced(writer: RawTopicWriter, src: SmallTxns, evs: list, rate: float) -
         now = time.monotonic()
         due = min(n, int((now - t0) * rate) + 1)
         while i < due:
-            xid, value, kind = evs[i]
+            xid, value, kind, _, _ = evs[i]
             writer.write_encoded(xid, value)
             if kind == "commit":
                 commit_ms[xid] = time.time() * 1000
             i += 1
         if now - last_hb >= 0.1:
-            writer.heartbeat(src.enc.scn, ts_ms=int(time.time() * 1000))
+            _, _, _, scn, ts_ms = evs[i - 1]
+            writer.heartbeat(scn, ts_ms=ts_ms)
             last_hb = now
         writer.producer.poll(0)
         time.sleep(0.0005)
     offered_s = time.monotonic() - t0
-    writer.heartbeat(src.enc.scn + 1, ts_ms=int(time.time() * 1000))
+    _, _, _, scn, ts_ms = evs[-1]
+    writer.heartbeat(scn + 1, ts_ms=ts_ms)
     writer.flush(60)
     return commit_ms, offered_s
