@@ -35,6 +35,8 @@ def validate(e: RawFields) -> str | None:
             return "LOB_TRIM without lob_length"
         if op == ev.LOB_ERASE and (e["lob_length"] is None or e["lob_offset"] is None):
             return "LOB_ERASE without lob_offset and lob_length"
+        if (e["lob_offset"] or 0) < 0 or (e["lob_length"] or 0) < 0:  # would be clamped: data changed silently
+            return f"{op} with a negative lob_offset or lob_length ({e['lob_offset']}, {e['lob_length']})"
     elif op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT) and not e["savepoint"]:
         return f"{op} without savepoint name"
     elif op == ev.SUBTXN_ABORT and not e["subxid"]:

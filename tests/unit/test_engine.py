@@ -384,6 +384,16 @@ def test_redelivered_change_with_same_seq_is_idempotent(store):
         (ev.encode_raw(ev.raw_event("a", ev.INSERT, -3, 1, table="s.t", key={"id": 1})), "negative seq"),
         (ev.encode_raw(ev.raw_event("a", ev.SUBTXN_ABORT, 1, 1)), "without subxid"),
         (ev.encode_raw(ev.raw_event("a", ev.LOB_TRIM, 1, 1, table="s.t", key={"id": 1}, lob_column="c")), "lob_length"),
+        # Clamped to 0, these would change the column silently (found by test_decoder_fuzz).
+        (
+            ev.encode_raw(_lob(ev.LOB_ERASE, "a", 1, 1, lob_offset=-16, lob_length=3)),
+            "negative lob_offset or lob_length",
+        ),
+        (
+            ev.encode_raw(_lob(ev.LOB_WRITE, "a", 1, 1, lob_offset=-1, lob_data="x")),
+            "negative lob_offset or lob_length",
+        ),
+        (ev.encode_raw(_lob(ev.LOB_TRIM, "a", 1, 1, lob_length=-2)), "negative lob_offset or lob_length"),
     ],
 )
 def test_malformed_events_are_dead_lettered_and_processing_continues(store, bad, reason):
