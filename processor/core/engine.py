@@ -505,10 +505,10 @@ class PartitionEngine:
     # ------------------------------------------------------------------ staging
     # A transaction keeps its writes in txn.staged, in memory, from its BEGIN until it finishes or
     # a checkpoint spills it: one that commits, is emitted and acknowledged (or rolls back) before
-    # then never touches the store. A checkpoint spills the committed ones (a restart emits pending
-    # transactions from the store, in commit order), those that began more than stage_horizon
-    # offsets or STAGE_MAX_AGE_MS ago (that bounds memory and the re-read below), and all of them
-    # at a stop or a revoke (spill_all). The store then holds every other
+    # then never touches the store. A checkpoint spills those that began more than stage_horizon
+    # offsets or STAGE_MAX_AGE_MS ago (that bounds memory and the re-read below), a committed one
+    # in flight only to keep commit order (_spill_for_commit_order), and all of them at a stop or
+    # a revoke (spill_all). The store then holds every other
     # transaction it knows, and the position record says where a restart must re-read from to
     # rebuild the staged ones: next_offset is the first offset of the oldest staged transaction,
     # replay_to the offset the store is complete to for all others (apply() skips their records
@@ -530,7 +530,7 @@ class PartitionEngine:
         _staging is in the order the transactions began, so the due ones by offset are a prefix of it,
         and the scan stops at the first one kept: its first offset is the lowest kept. A later one
         that is due by age only (source timestamps out of log order) waits until the scan reaches it.
-        Committed ones are all in pending. So a checkpoint costs what changed since the last one, not
+        A committed one whose outputs are in flight is kept like an open one. So a checkpoint costs what changed since the last one, not
         what is open (100k open transactions were scanned at every batch)."""
         staging = self._staging
         if not staging:
@@ -541,9 +541,6 @@ class PartitionEngine:
                     self._spill(txn)
             staging.clear()
             return self.next_offset
-        for txn in self.pending.values():  # a restart emits pending transactions from the store
-            if txn.staged is not None:
-                self._spill(txn)
         horizon = self.next_offset - self.stage_horizon
         born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
         resume = self.next_offset
@@ -556,7 +553,22 @@ class PartitionEngine:
                 self._spill(txn)
             done += 1
         del staging[:done]
+        self._spill_for_commit_order()
         return resume
+
+    def _spill_for_commit_order(self) -> None:
+        """A committed transaction whose outputs are in flight stays staged (a restart re-reads and
+        emits it again, as at_least_once allows), unless one committed after it is in the store: a
+        restart emits the stored ones first (resume_pending), before the re-read commits the staged
+        ones, so those must be in the store too to go out in commit order."""
+        earlier: list[Txn] = []  # staged, committed before the next stored one
+        for txn in self.pending.values():  # in commit order
+            if txn.staged is not None:
+                earlier.append(txn)
+            elif earlier:
+                for staged in earlier:
+                    self._spill(staged)
+                earlier.clear()
 
     def buffered(self, txn: Txn, begin: bytes, end: bytes) -> Iterable[tuple[bytes, Any]]:
         """The transaction's (key, value) pairs in [begin, end), in key order: staged or stored.

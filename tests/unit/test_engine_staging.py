@@ -178,17 +178,56 @@ def test_nothing_is_checkpointed_until_the_re_read_is_done(store, feed):
     assert again is not None and (again.next_offset, again.applied_to()) == (0, 4)  # x is staged again
 
 
-def test_a_committed_transaction_not_acknowledged_by_the_checkpoint_is_spilled(store, feed):
+def test_a_committed_transaction_in_flight_at_a_checkpoint_stays_staged_and_a_restart_emits_it(store, feed):
+    """Its outputs are not acknowledged yet (the emitter has not finished it): the checkpoint writes
+    nothing of it, and its position makes a restart re-read it, commit included, and emit it again."""
     engine = PartitionEngine(0, store)
-    feed(engine, records(ev.raw_event("x", ev.BEGIN, 0, 1), change("x", 1), ev.raw_event("x", ev.COMMIT, 2, 2)))
+    recs = records(ev.raw_event("w", ev.BEGIN, 0, 0), ev.raw_event("w", ev.COMMIT, 1, 1))
+    recs += records(ev.raw_event("x", ev.BEGIN, 2, 1), change("x", 1), ev.raw_event("x", ev.COMMIT, 2, 2), start=2)
+    feed(engine, recs)
+    engine.acknowledged(engine.pending["w"])  # w finished; x is in flight
     txn = engine.pending["x"]
-    engine.checkpoint()  # the emitter has not finished it (its outputs are not settled yet)
-    assert len(stored_events(store, txn.prefix)) == 2
+    engine.checkpoint()
+    assert txn.staged is not None and stored_events(store, txn.prefix) == []
+    assert store.get(keys.meta_key(0, "x")) is None
     restored = PartitionEngine.restore(0, store)
-    assert restored is not None and list(restored.pending) == ["x"]
+    assert restored is not None and list(restored.pending) == [] and restored.next_offset == 2
+    committed = [a.txn for a in feed(restored, recs[restored.next_offset :]) if isinstance(a, Committed)]
+    assert [t.xid for t in committed] == ["x"]  # w is in the completed index: not emitted again
     emitter = Emitter(MemorySink())
-    emitter.release(restored, restored.pending["x"])
+    emitter.release(restored, committed[0])
     assert [c["source"]["seq"] for c in emitter.sink.change_events()] == [1]
+
+
+def test_a_committed_staged_transaction_is_spilled_when_a_later_committed_one_is_stored(store, feed):
+    """A restart emits the stored pending transactions before the re-read commits the staged ones: a
+    staged one committed before a stored one goes to the store, so both go out in commit order; one
+    committed after the last stored one stays staged."""
+    engine = PartitionEngine(0, store)
+    recs = records(
+        ev.raw_event("big", ev.BEGIN, 0, 0),  # offset 0
+        change("big", 1, row_id="r1"),
+        change("big", 2, op=ev.UPDATE, row_id="r1"),
+        change("big", 3, op=ev.UPDATE, undo=True, row_id="r1"),  # reads big back: spills it
+        ev.raw_event("a", ev.BEGIN, 0, 0),  # offset 4
+        change("a", 1),
+        ev.raw_event("a", ev.COMMIT, 5, 5),  # a commits before big
+        ev.raw_event("big", ev.COMMIT, 6, 6),
+        ev.raw_event("c", ev.BEGIN, 0, 0),
+        change("c", 1),
+        ev.raw_event("c", ev.COMMIT, 7, 7),  # c commits after big
+    )
+    feed(engine, recs)
+    a, big, c = engine.pending["a"], engine.pending["big"], engine.pending["c"]
+    assert big.staged is None and a.staged is not None and c.staged is not None
+    engine.checkpoint()
+    assert a.staged is None and len(stored_events(store, a.prefix)) == 2  # its change and its row entry
+    assert store.get(keys.meta_key(0, "a")) is not None
+    assert c.staged is not None and stored_events(store, c.prefix) == []
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and list(restored.pending) == ["a", "big"]  # resumed in commit order
+    committed = [a.txn for a in feed(restored, recs[restored.next_offset :]) if isinstance(a, Committed)]
+    assert [t.xid for t in committed] == ["c"]  # then the re-read commits c, after them
 
 
 def test_a_rolled_back_transaction_of_the_batch_writes_no_range_delete(store, feed):
