@@ -68,6 +68,7 @@ class PartitionEngine:
         self.open: dict[str, Txn] = {}
         self._open_ordered = True
         self.pending: OrderedDict[str, Txn] = OrderedDict()  # committed, outputs not yet acknowledged
+        self._stored_pending = 0  # how many of them are in the store (not staged)
         self.completed: dict[str, tuple[int, str]] = {}
         # (offset, xid, FIFO key) in completion order; the key is kept for its delete at pruning.
         self.fifo: deque[tuple[int, str, bytes]] = deque()
@@ -420,6 +421,7 @@ class PartitionEngine:
         self.pending[txn.xid] = txn
         if txn.staged is None:
             self._dirty.add(txn.xid)
+            self._stored_pending += 1
         self.stats.committed += 1
         return [_committed(txn)]
 
@@ -462,7 +464,8 @@ class PartitionEngine:
 
     def acknowledged(self, txn: Txn) -> Finished:
         """Every output of a committed transaction is acknowledged: drop its buffered events."""
-        self.pending.pop(txn.xid, None)
+        if self.pending.pop(txn.xid, None) is not None and txn.staged is None:
+            self._stored_pending -= 1
         self._drop_all(txn)
         assert txn.commit is not None
         return self._finish(txn.xid, txn.commit.offset, COMMITTED)
@@ -518,6 +521,8 @@ class PartitionEngine:
     def _spill(self, txn: Txn) -> None:
         staged, txn.staged = txn.staged, None
         self._dirty.add(txn.xid)  # now in the store: its metadata goes there with it
+        if txn.commit is not None:  # only a pending one is spilled once committed
+            self._stored_pending += 1
         if staged:
             put = self.batch.put
             for key, value in staged.items():
@@ -561,6 +566,8 @@ class PartitionEngine:
         emits it again, as at_least_once allows), unless one committed after it is in the store: a
         restart emits the stored ones first (resume_pending), before the re-read commits the staged
         ones, so those must be in the store too to go out in commit order."""
+        if not self._stored_pending:  # the common case: nothing to keep the order behind
+            return
         earlier: list[Txn] = []  # staged, committed before the next stored one
         for txn in self.pending.values():  # in commit order
             if txn.staged is not None:
@@ -774,6 +781,7 @@ class PartitionEngine:
                 pending.append(txn)
         for txn in sorted(pending, key=lambda t: t.require_commit().offset):
             eng.pending[txn.xid] = txn
+        eng._stored_pending = len(eng.pending)
         # Loaded in key order; a re-read of staged ones (replay_to) adds earlier ones after them.
         eng._open_ordered = False
         eng._meta_stored = set(eng.open) | set(eng.pending)

@@ -9,13 +9,20 @@ DeliveryReport). Everything else keeps confluent-kafka's meaning: BufferError on
 KafkaException(KafkaError) on a refused record, len() counting records until they are acknowledged
 or their report ran, error_cb with a KafkaError (fatal ones resolved to their cause).
 
+Settlement by epochs: every record carries the producer's open epoch (a batch, for the runner), and
+the C callback counts each epoch's records down as librdkafka reports them. settled_epoch() then says,
+without waiting, up to which closed epoch every record is acknowledged (a failed one once its Python
+report ran: what that report produces, a chunk or a dead letter, is counted in the failed record's
+epoch first). So a caller settles its outputs batch by batch while the queue keeps filling, where
+len() == 0 is never seen under a steady load. (kafka/delivery.py, processor/kafka/settlement.py)
+
 librdkafka is confluent-kafka's own, reached as _rdkafka_api.pxi says.
 """
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject
-from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 
 import time
 from collections import deque
@@ -45,10 +52,26 @@ cdef extern from *:
     void *txb_produce(void *rk, void *rkt, int32_t partition, const char *value, Py_ssize_t value_len,
                       const char *key, Py_ssize_t key_len, void *opaque, void *headers) nogil
 
+cdef extern from *:
+    """
+    /* An epoch's count of records in flight: librdkafka reports deliveries on the thread that polls
+       (the loop, or exactly_once's commit thread), so the counts are atomic. */
+    static inline void txb_count_add(int64_t *count, int64_t n) { __atomic_add_fetch(count, n, __ATOMIC_ACQ_REL); }
+    static inline int64_t txb_count_get(int64_t *count) { return __atomic_load_n(count, __ATOMIC_ACQUIRE); }
+    """
+    void txb_count_add(int64_t *count, int64_t n) nogil
+    int64_t txb_count_get(int64_t *count) nogil
+
 cdef enum:
     RD_KAFKA_PRODUCER = 0
     ERR_QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL
     ERR_FATAL = -150  # RD_KAFKA_RESP_ERR__FATAL
+    # Epochs in flight at once: next_epoch() waits rather than reuse the count of an unsettled one.
+    EPOCH_RING = 4096
+
+# A record's opaque: its epoch in the high 32 bits, its callback's slot (0: none) in the low 32.
+cdef uintptr_t SLOT_MASK = 0xFFFFFFFF
+cdef uintptr_t RING_MASK = EPOCH_RING - 1
 
 # librdkafka-only names are passed through; these are confluent-kafka's own, handled here.
 _ONLY_ERROR = "delivery.report.only.error"
@@ -97,13 +120,19 @@ cdef struct CallbackState:
     int only_error  # a successful delivery is not reported
     int closing  # set before rd_kafka_destroy: callbacks touch nothing else
     PyObject *owner  # the NativeProducer (borrowed: it outlives its rd_kafka_t)
+    int64_t in_flight[EPOCH_RING]  # records produced and not yet reported, by epoch % EPOCH_RING
 
 
 cdef void _on_delivery(void *rk, const txb_message_t *msg, void *opaque) noexcept nogil:
     cdef CallbackState *state = <CallbackState *>opaque
-    if state.closing or msg._private == NULL or (msg.err == 0 and state.only_error):
-        return  # no callback to hand it to, or a success not reported: no GIL, no allocation
-    with gil:
+    cdef uintptr_t tag = <uintptr_t>msg._private
+    if state.closing:
+        return
+    if (tag & SLOT_MASK) == 0 or (msg.err == 0 and state.only_error):
+        # No callback to hand it to, or a success not reported: counted off here, no GIL, no allocation.
+        txb_count_add(&state.in_flight[(tag >> 32) & RING_MASK], -1)
+        return
+    with gil:  # counted off once its report ran (_run_reports)
         (<NativeProducer>state.owner)._queue_report(msg)
 
 
@@ -137,8 +166,11 @@ cdef class NativeProducer:
     cdef object _last_callback
     cdef uintptr_t _last_slot
     cdef uintptr_t _next_slot
-    cdef object _reports  # a deque of (slot, KafkaError | None, DeliveryReport) and (None, KafkaError, None)
+    cdef object _reports  # a deque of (slot, KafkaError | None, DeliveryReport, epoch) and (None, KafkaError, None, 0)
     cdef object _error_cb
+    cdef uint64_t _epoch  # the open epoch: records produced now carry it
+    cdef uint64_t _unsettled  # the oldest epoch not known to be settled (<= _epoch)
+    cdef uint64_t _report_epoch  # while a failure report runs: its record's epoch, which what it produces joins
 
     def __cinit__(self):
         self.rk = NULL
@@ -146,6 +178,8 @@ cdef class NativeProducer:
         self._callbacks = {}
         self._reports = deque()
         self._next_slot = 1
+        self._epoch = self._unsettled = 1  # epoch 0 is settled from the start
+        self._report_epoch = 0
 
     def __init__(self, dict conf):
         cdef char errstr[512]
@@ -183,6 +217,7 @@ cdef class NativeProducer:
     # -- callbacks, run with the GIL from inside poll/flush -------------------------------------
 
     cdef void _queue_report(self, const txb_message_t *msg) noexcept:
+        cdef uintptr_t tag = <uintptr_t>msg._private
         try:
             error = None if msg.err == 0 else KafkaError(msg.err, _err_name(msg.err))
             record = DeliveryReport(
@@ -193,30 +228,37 @@ cdef class NativeProducer:
                 None if msg.payload == NULL else PyBytes_FromStringAndSize(<char *>msg.payload, msg.len),
                 error,
             )
-            self._reports.append((<uintptr_t>msg._private, error, record))
+            self._reports.append((tag & SLOT_MASK, error, record, tag >> 32))
         except BaseException as exc:  # never into librdkafka's thread; MemoryError is all that is left
-            self._reports.append((0, KafkaError(KafkaError._FAIL, f"delivery report lost: {exc!r}"), None))
+            self._reports.append((0, KafkaError(KafkaError._FAIL, f"delivery report lost: {exc!r}"), None, tag >> 32))
 
     cdef void _queue_error(self, int err, const char *reason, int fatal) noexcept:
         try:
-            self._reports.append((None, KafkaError(err, reason.decode("utf-8", "replace"), fatal=bool(fatal)), None))
+            self._reports.append((None, KafkaError(err, reason.decode("utf-8", "replace"), fatal=bool(fatal)), None, 0))
         except BaseException:
             pass
 
     cdef _run_reports(self):
-        """The queued reports in order; then, with nothing queued anywhere, the callback table is cleared."""
+        """The queued reports in order, each record counted off its epoch once its report ran; then,
+        with nothing queued anywhere, the callback table is cleared."""
+        cdef uint64_t outer
         reports = self._reports
         while reports:
-            slot, error, record = reports.popleft()
+            slot, error, record, epoch = reports.popleft()
             if slot is None:
                 if self._error_cb is not None:
                     self._error_cb(error)
-            elif slot == 0:  # a report that could not be built
-                raise KafkaException(error)
-            else:
+                continue
+            outer, self._report_epoch = self._report_epoch, epoch  # a report may poll, and run others
+            try:
+                if slot == 0:  # a report that could not be built
+                    raise KafkaException(error)
                 callback = self._callbacks.get(slot)
                 if callback is not None:
                     callback(error, record)
+            finally:
+                self._report_epoch = outer
+                txb_count_add(&self.state.in_flight[<uintptr_t>epoch & RING_MASK], -1)
         if txb.outq_len(self.rk) == 0:
             self._callbacks.clear()
             self._last_callback = None
@@ -241,7 +283,9 @@ cdef class NativeProducer:
         """Queue one record (positional order as confluent-kafka's). Raises BufferError when the queue
         is full, KafkaException(KafkaError) when librdkafka refuses the record."""
         cdef void *rkt = self._topic(topic)
-        cdef void *opaque = NULL
+        cdef uintptr_t slot = 0
+        cdef uint64_t epoch = self._report_epoch or self._epoch
+        cdef int64_t *in_flight = &self.state.in_flight[epoch & RING_MASK]
         cdef void *hdrs = NULL
         cdef void *error
         cdef int code
@@ -257,9 +301,10 @@ cdef class NativeProducer:
                 self._next_slot += 1
                 self._callbacks[self._last_slot] = on_delivery
                 self._last_callback = on_delivery
-            opaque = <void *>self._last_slot
+            slot = self._last_slot & SLOT_MASK
         if headers:
             hdrs = _headers(headers)
+        txb_count_add(in_flight, 1)
         error = txb_produce(
             self.rk,
             rkt,
@@ -268,11 +313,12 @@ cdef class NativeProducer:
             0 if value is None else PyBytes_GET_SIZE(value),
             NULL if key is None else PyBytes_AS_STRING(key),
             0 if key is None else PyBytes_GET_SIZE(key),
-            opaque,
+            <void *>(((epoch & SLOT_MASK) << 32) | slot),
             hdrs,
         )
         if error == NULL:
             return
+        txb_count_add(in_flight, -1)
         code = txb.error_code(error)
         reason = txb.error_string(error).decode("utf-8", "replace")
         txb.error_destroy(error)
@@ -308,6 +354,33 @@ cdef class NativeProducer:
             left = len(self)
             if left == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return left
+
+    # -- settlement by epochs ------------------------------------------------------------------------
+
+    @property
+    def epoch(self):
+        """The open epoch: the records produced now carry it (a failure report's, those it produces)."""
+        return self._epoch
+
+    def next_epoch(self):
+        """Close the open epoch and return its number; the records produced from now on carry the next.
+        Waits (serving reports) while EPOCH_RING epochs are unsettled, rather than reuse a count."""
+        cdef uint64_t closed = self._epoch
+        while closed + 1 - self._settle_closed() >= EPOCH_RING:
+            self.poll(0.1)
+        self._epoch = closed + 1
+        return closed
+
+    def settled_epoch(self):
+        """The last closed epoch up to which every record is acknowledged, or failed and its report ran
+        (0: none yet). Serves nothing and does not wait: poll() first to take in the latest reports."""
+        return self._settle_closed() - 1
+
+    cdef uint64_t _settle_closed(self):
+        """Move past the closed epochs whose records are all reported; the oldest one that is not."""
+        while self._unsettled < self._epoch and txb_count_get(&self.state.in_flight[self._unsettled & RING_MASK]) == 0:
+            self._unsettled += 1
+        return self._unsettled
 
     def __len__(self):
         """Records not yet acknowledged, plus reports not yet run (as confluent-kafka counts them)."""

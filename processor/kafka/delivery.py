@@ -13,18 +13,19 @@ settling only when the queue drains on its own or the oldest output waited 20 ms
 batch used no more CPU per event and gave a lower commit-to-END latency (issue 14).
 
 Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are
-waiting) the flush is deferred to the next batch, and to more batches in a row while the last
-settlement is younger than settle_interval_ms (20 ms by default; 0 turns it off): the loop goes on
-to the next batch while librdkafka delivers this one's outputs, instead of waiting for the broker
-once per batch (the steady bench spent a fifth of its wall time waiting in these
-flushes). The runner skips the checkpoint after a deferred settlement (end_batch returns True), so
-a checkpoint does not find released-but-unsettled transactions to spill; a crash in between
-re-reads and re-emits from the last checkpoint, as at_least_once allows. A batch after one that
-was not full settles at once, so below saturation (the latency bench's 10-50% levels: batches of
-1-2k records) nothing is deferred; when catching up, ENDs wait a batch or up to the interval more,
-and throughput rose by a tenth (docs/benchmarks.md, session 30). The interval alone never fired on
-a machine where one 5,000-record batch took longer than it (session 33: 0 of 201 batches), so one
-batch may always defer.
+waiting) the batch does not wait for the broker: the loop goes on to the next batch while
+librdkafka delivers this one's outputs (the steady bench spent a fifth of its wall time waiting in
+the flushes). With a producer that counts epochs (NativeProducer, kafka/settlement.py) each batch
+is an epoch: the batch seals its outputs with it, and settles, without waiting, every earlier batch
+whose outputs the broker has acknowledged by then, so ENDs go out and transactions finish a batch
+or two later. confluent-kafka's Producer only tells an empty queue: there the flush is deferred to
+the next batch, and to more batches in a row while the last settlement is younger than
+settle_interval_ms (20 ms by default; 0 turns it off; one batch may always defer, as one
+5,000-record batch can take longer than the interval). A checkpoint then finds released
+transactions in flight: it leaves them staged, and a crash re-reads and re-emits them, as
+at_least_once allows (PartitionEngine._spill_due). A batch after one that was not full settles at
+once, with the flushes, so below saturation (the latency bench's 10-50% levels: batches of 1-2k
+records) END follows its changes by one round trip.
 
 exactly_once: each poll batch is one Kafka transaction holding its outputs (changes, BEGIN/END,
 dead letters) and the input offsets they imply (send_offsets_to_transaction). Every transaction
@@ -59,6 +60,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.kafka.admin import KafkaUnavailable
+from processor.kafka.settlement import counts_epochs
 
 log = structlog.get_logger(__name__)
 
@@ -147,8 +149,9 @@ class AtLeastOnce:
         self.producer, self.emitter = producer, emitter
         self.flush_timeout_s = flush_timeout_s
         self.settle_interval_s = settle_interval_s
+        self.by_epoch = counts_epochs(producer)
         self.settling_flushes = 0
-        self.deferred_settlements = 0
+        self.deferred_settlements = 0  # batches that did not wait for the broker
         self._last_settled = time.monotonic()
         self._deferred_last = False  # the last batch deferred its settlement
 
@@ -169,17 +172,22 @@ class AtLeastOnce:
         produce()
         self.producer.flush(30)
 
-    def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer, backlog: bool = False) -> bool:
-        """Settle what the batch sent. Under a backlog the settlement may be deferred: then it
-        returns True, and the caller does not checkpoint this batch."""
-        emitter = self.emitter
+    def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer, backlog: bool = False) -> None:
+        """Settle what the batch sent: at once, or under a backlog as far as the broker got."""
+        emitter, producer = self.emitter, self.producer
+        if emitter.unsettled and backlog and self.by_epoch:
+            producer.poll(0)  # takes in the reports; failures are reported before their epoch settles
+            emitter.seal(producer.next_epoch())
+            emitter.advance(through=producer.settled_epoch())
+            self.deferred_settlements += 1
+            return
         if emitter.unsettled and backlog and self._may_defer():
-            self.producer.poll(0)  # error callbacks
+            producer.poll(0)  # error callbacks
             emitter.advance()  # settles anyway if the queue happens to be empty
             if emitter.unsettled:
                 self.deferred_settlements += 1
                 self._deferred_last = True
-                return True
+                return
         if emitter.unsettled:
             # Serves the failure reports too: advance raises for any before a settlement counts.
             self.settling_flushes += 1
@@ -197,7 +205,6 @@ class AtLeastOnce:
             emitter.advance()
         self._last_settled = time.monotonic()
         self._deferred_last = False
-        return False
 
     def _may_defer(self) -> bool:
         """One batch in a row may always defer (the interval on): a batch that alone takes longer
@@ -245,12 +252,12 @@ class ExactlyOnce:
             self.producer.begin_transaction()
             self.in_transaction = True
 
-    def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer, backlog: bool = False) -> bool:
+    def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer, backlog: bool = False) -> None:
         """Finish every released transaction, then commit outputs and input offsets atomically, in
         the background: the loop goes on polling and applying the next batch meanwhile, and waits
-        for the commit (join) before it produces again. Never deferred (False)."""
+        for the commit (join) before it produces again."""
         if not self.in_transaction:
-            return False
+            return
         self.in_transaction = False
         # ENDs went out with their changes (end_waits_for_acks is off), and commit_transaction
         # delivers every record of the transaction or fails it whole: the released transactions
@@ -270,7 +277,6 @@ class ExactlyOnce:
             producer.commit_transaction(timeout_s)
 
         self._commit = BoundedCall("commit", commit)
-        return False
 
     def join(self) -> None:
         """Wait for the last batch's commit. Raises TransactionAborted when it was aborted and the

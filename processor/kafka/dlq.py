@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 
 from processor.kafka.produce import RecordTooLarge, produce
+from processor.kafka.settlement import Settlement
 
 HEADERS = ("reason", "source", "partition", "offset", "file", "line", "xid", "event_id", "size")
 MAX_REASON_CHARS = 2000
@@ -48,20 +49,23 @@ class DeadLetterWriter:
     """Writes dead letters and tracks their acknowledgements: callers make them durable (flush)
     before they persist any input offset past the rejected records.
 
-    Acknowledgement is by settlement: once the producer's queue is empty, every dead letter written
-    before is delivered or its failure was reported (the delivery callback runs for failures; a
-    producer with delivery.report.only.error reports nothing else)."""
+    Acknowledgement is by settlement (processor/kafka/settlement.py): once the producer settled past
+    the last dead letter, every one written before is delivered or its failure was reported (the
+    delivery callback runs for failures; a producer with delivery.report.only.error reports nothing
+    else)."""
 
     def __init__(self, producer: Producer, topic: str):
         self.producer, self.topic = producer, topic
-        self._unsettled = 0  # written since the producer was last seen settled
+        self._settlement = Settlement(producer)
+        self._unsettled = 0  # written since the producer was last seen settled past them
+        self._last = 0  # the settlement point after the last one written
         self.written = 0
         self.errors: list[str] = []
 
     @property
     def unacked(self) -> int:
-        """Dead letters not known to be acknowledged (0 once the producer's queue was seen empty)."""
-        if self._unsettled and len(self.producer) == 0:
+        """Dead letters not known to be acknowledged (0 once the producer settled past the last one)."""
+        if self._unsettled and self._settlement.covers(self._last):
             self._unsettled = 0
         return self._unsettled
 
@@ -96,6 +100,7 @@ class DeadLetterWriter:
             # Keep the reason and where to find the original; the value cannot travel.
             headers = dlq_headers(reason, source, **{**fields, "size": len(value or b"")})
             produce(self.producer, self.topic, None, key, headers=headers, on_delivery=delivered)
+        self._last = self._settlement.mark()
         self.written += 1
 
     def flush(self, timeout_s: float = 30.0) -> None:

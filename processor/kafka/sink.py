@@ -7,10 +7,11 @@ Oversized outputs (a change bigger than the size limit) follow the `oversized` p
   chunk the change is written as n records on its key (processor.kafka.chunking) and counts as
         delivered once every chunk is; chunks the broker still refuses fall back to dlq.
 
-Acknowledgement is by settlement (settled(): the producer's queue is empty), not by a report per
-record: the producer runs with delivery.report.only.error, so a callback runs for failures only.
-Everything a change leads to (its chunks, its dead letter) is produced inside the failure report
-of the change, before the queue can be empty, so a settlement covers it too.
+Acknowledgement is by settlement (settled(): the producer's queue is empty; or by epochs,
+processor/kafka/settlement.py), not by a report per record: the producer runs with
+delivery.report.only.error, so a callback runs for failures only. Everything a change leads to (its
+chunks, its dead letter) is produced inside the failure report of the change, before the queue can
+be empty and counted in the change's epoch, so a settlement covers it too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from processor.core.contracts import AckCallback
 from processor.kafka import chunking
 from processor.kafka.dlq import DeadLetterWriter
 from processor.kafka.produce import RecordTooLarge, is_too_large, produce, record_size
+from processor.kafka.settlement import Settlement
 
 OVERSIZED_POLICIES = ("dlq", "fail", "chunk")
 DEFAULT_MAX_RECORD_BYTES = 1_000_000  # librdkafka's message.max.bytes default
@@ -51,7 +53,9 @@ class KafkaSink:
         self.transactions_topic = transactions_topic
         self.dlq = DeadLetterWriter(producer, dlq_topic)
         self.oversized = oversized
-        self._outcomes_unsettled = 0  # outcomes produced since the producer was last seen settled
+        self._settlement = Settlement(producer)
+        self._outcomes_unsettled = 0  # outcomes produced since the producer was last seen settled past them
+        self._last_outcome = 0  # the settlement point after the last outcome
         self.outcome_errors: list[str] = []
         self.oversized_changes = 0
         self.chunked_changes = 0
@@ -193,6 +197,7 @@ class KafkaSink:
         self._outcomes_unsettled += 1
         value = codec.encode_outcome({"xid": xid, "input_partition": partition, "offset": offset, "outcome": outcome})
         produce(self.producer, topic, value, xid.encode(), on_delivery=self._outcome_delivered)
+        self._last_outcome = self._settlement.mark()
 
     def _outcome_delivered(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
@@ -200,9 +205,9 @@ class KafkaSink:
 
     @property
     def outcomes_unacked(self) -> int:
-        """Outcomes produced since the producer was last seen settled (0 once it is: each is then
-        acknowledged, or failed into outcome_errors)."""
-        if self._outcomes_unsettled and self.settled():
+        """Outcomes produced since the producer was last seen settled past them (0 once it is: each is
+        then acknowledged, or failed into outcome_errors)."""
+        if self._outcomes_unsettled and self._settlement.covers(self._last_outcome):
             self._outcomes_unsettled = 0
         return self._outcomes_unsettled
 

@@ -93,9 +93,10 @@ class ProcessorConfig(BaseModel):
     settle_interval_ms: int = Field(
         20,
         ge=0,
-        description="at_least_once under a backlog (full poll batches in a row): defer settling outputs to the "
-        "next batch, more in a row while the last settlement is younger than this, so the loop works while "
-        "librdkafka delivers (catching up); 0 = settle every batch",
+        description="at_least_once under a backlog (full poll batches in a row) on confluent-kafka's producer: "
+        "defer settling outputs to the next batch, more in a row while the last settlement is younger than "
+        "this, so the loop works while librdkafka delivers (catching up); 0 = settle every batch. The native "
+        "producer settles batch by batch without waiting (kafka/settlement.py) and needs no interval",
     )
     output_producer: Literal["auto", "native", "confluent"] = Field(
         "auto",

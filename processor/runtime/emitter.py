@@ -14,6 +14,10 @@ settlement counts. Settlement drives, in release order:
   * finishing (engine.acknowledged: buffered events deleted, low watermark moves), only once END
     is settled too.
 Transactions complete in release order, so the committed low watermark only moves forward.
+
+A producer that settles by epochs (processor/kafka/settlement.py) lets the delivery settle part of
+what is in flight: seal() closes the outputs sent since the last seal into a group tagged with an
+epoch that they all belong to, and advance(through=epoch) settles the groups up to it, in order.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ class Emitter:
         self.tombstones = tombstones
         self.queue: deque[Emission] = deque()  # released and not finished, in release order
         self._to_end: deque[Emission] = deque()  # the tail of queue whose END is not sent yet
-        self._unsettled: list[Emission] = []  # emissions with outputs sent since the last settlement
+        self._unsettled: list[Emission] = []  # emissions with outputs sent since the last seal
+        self._sealed: deque[tuple[int, list[Emission]]] = deque()  # (epoch, its emissions), oldest first
         # A sink without settled() writes synchronously: what it took is acknowledged.
         self._settled: Callable[[], bool] = getattr(sink, "settled", _always_settled)
         self.errors: list[str] = []
@@ -140,24 +145,39 @@ class Emitter:
     @property
     def unsettled(self) -> bool:
         """Outputs were sent since the last settlement."""
-        return bool(self._unsettled)
+        return bool(self._unsettled or self._sealed)
 
-    def settle(self) -> None:
-        """Every output sent so far is acknowledged (the caller saw the sink settled)."""
-        unsettled, self._unsettled = self._unsettled, []
+    def seal(self, epoch: int) -> None:
+        """The outputs sent since the last seal all belong to `epoch` or an earlier one."""
+        if self._unsettled:
+            self._sealed.append((epoch, self._unsettled))
+            self._unsettled = []
+
+    def settle(self, through: int | None = None) -> None:
+        """Every output sent so far is acknowledged (the caller saw the sink settled); or, with
+        `through`, those of the groups sealed with an epoch up to it."""
+        sealed = self._sealed
+        while sealed and (through is None or sealed[0][0] <= through):
+            codec.settle_all(sealed.popleft()[1])
+        if through is None and self._unsettled:
+            unsettled, self._unsettled = self._unsettled, []
+            codec.settle_all(unsettled)
         self.settlements += 1
-        codec.settle_all(unsettled)
 
-    def advance(self, settled: bool = False) -> int:
+    def advance(self, settled: bool = False, through: int | None = None) -> int:
         """Settle if the sink is settled (or the caller says so: a flush returned with nothing left),
-        then send ENDs and finish acknowledged transactions, in release order. Returns how many
-        finished. Raises DeliveryFailed if any output failed: a failure is reported before the
-        sink can be settled, so no failed output ever counts as acknowledged."""
-        if self._unsettled and not settled:
+        else the groups sealed up to epoch `through` (the producer's settled epoch); then send ENDs
+        and finish acknowledged transactions, in release order. Returns how many finished. Raises
+        DeliveryFailed if any output failed: a failure is reported before the sink, or its epoch,
+        can be settled, so no failed output ever counts as acknowledged."""
+        if not settled and (self._unsettled or self._sealed):
             settled = self._settled()
         self.raise_failures()
-        if settled and self._unsettled:
-            self.settle()
+        if settled:
+            if self._unsettled or self._sealed:
+                self.settle()
+        elif through is not None and self._sealed and self._sealed[0][0] <= through:
+            self.settle(through)
         ended = self._send_ends()
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
             self.raise_failures()
@@ -197,3 +217,4 @@ class Emitter:
         self.queue = deque(em for em in self.queue if em.engine is not engine)
         self._to_end = deque(em for em in self._to_end if em.engine is not engine)
         self._unsettled = [em for em in self._unsettled if em.engine is not engine]
+        self._sealed = deque((epoch, [em for em in ems if em.engine is not engine]) for epoch, ems in self._sealed)

@@ -263,16 +263,14 @@ class Runner:
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         lap = clock.lap("release", lap)
-        deferred = False
         self._full_batches = self._full_batches + 1 if taken >= self.cfg.max_batch else 0
         with self._commit_section:
             backlog = self._full_batches >= BACKLOG_BATCHES
-            deferred = self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
+            self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         lap = clock.lap("settle", lap)
-        if not deferred:  # else its released transactions are unsettled: the checkpoint would spill them
-            p.checkpoint_all()
+        p.checkpoint_all()  # transactions still in flight stay staged (PartitionEngine._spill_due)
         clock.lap("checkpoint", lap)
 
     def _open_batch(self, produce: bool = True) -> bool:

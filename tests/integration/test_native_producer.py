@@ -102,6 +102,52 @@ def test_without_only_error_every_record_is_reported_once_with_its_offset(broker
     assert reports == [(None, offset) for offset in range(50)]
 
 
+def test_epochs_settle_in_order_as_the_broker_acknowledges_them(broker):
+    """Settlement by epochs: an epoch settles once its records, and all earlier ones, are delivered,
+    while later ones are still in flight (linger holds them); a record the broker refuses holds its
+    epoch until its report ran, and what the report produced (a chunk, a dead letter) is counted in it."""
+    topic, small = _name("epochs"), _name("epochs-small")
+    ensure_topics(broker.bootstrap, {topic: 3})
+    ensure_topics(broker.bootstrap, {small: 1}, config={"max.message.bytes": "10000"})
+    producer = _native(broker.bootstrap, **{"compression.type": "none"})
+    for i in range(100):
+        producer.produce(topic, b"first-%d" % i, b"k%d" % i)
+    first = producer.next_epoch()
+    deadline = time.monotonic() + 30
+    while producer.settled_epoch() < first and time.monotonic() < deadline:
+        producer.poll(0.01)
+    assert producer.settled_epoch() == first and len(producer) == 0
+    held = _native(broker.bootstrap, **{"linger.ms": 3000})  # its next records wait in the client
+    held.produce(topic, b"early", b"e")
+    early = held.next_epoch()
+    while held.settled_epoch() < early and time.monotonic() < deadline:
+        held.poll(0.01)  # linger: the first record is sent once the batch is old enough
+    held.produce(topic, b"late", b"l")
+    late = held.next_epoch()
+    held.poll(0.2)
+    assert held.settled_epoch() == early and len(held) == 1  # the later epoch is in flight
+
+    produced_in_report: list = []
+
+    def report(err, msg):  # as the sink's oversized policies do: produce inside the failure report
+        produced_in_report.append(err.code())
+        producer.produce(topic, b"instead", b"big")
+
+    producer.produce(small, b"x" * 50_000, b"big", -1, report)
+    refused = producer.next_epoch()
+    while not produced_in_report and time.monotonic() < deadline:
+        producer.poll(0.01)
+    assert produced_in_report == [KafkaError.MSG_SIZE_TOO_LARGE]
+    # The report ran, but the record it produced is in flight, and counts in the refused one's epoch.
+    assert producer.settled_epoch() == refused - 1 and len(producer) == 1
+    while producer.settled_epoch() < refused and time.monotonic() < deadline:
+        producer.poll(0.01)
+    assert producer.settled_epoch() == refused and len(producer) == 0
+    assert held.flush(30) == 0 and held.settled_epoch() == late
+    got = {m.key(): m.value() for m in _records(broker.bootstrap, topic) if m.key() in (b"big", b"e", b"l")}
+    assert got == {b"big": b"instead", b"e": b"early", b"l": b"late"}
+
+
 def test_a_full_queue_raises_buffer_error_and_produce_waits_for_room(broker):
     topic = _name("full")
     ensure_topics(broker.bootstrap, {topic: 1})

@@ -211,15 +211,14 @@ def test_at_least_once_settles_a_batch_by_two_flushes_and_an_idle_one_by_none():
     assert producer.flushes == 2  # nothing sent: no flush
 
 
-def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
+def test_under_a_backlog_settling_waits_for_its_interval():
     sink, engine, _emitter, producer, delivery = released(settle_interval_s=3600)
-    # A full batch, within the interval: no flush, nothing acknowledged, and the caller is told
-    # (it must not checkpoint a batch whose released transactions are unsettled).
-    assert delivery.end_batch(list, None, backlog=True) is True
+    # A full batch, within the interval: no flush, nothing acknowledged.
+    delivery.end_batch(list, None, backlog=True)
     assert producer.flushes == 0 and "END" not in sink.sent and "a" in engine.pending
     assert cursor(engine.pending["a"]) == (-1, 0, {})
     # A batch that is not full (caught up) settles at once, deferred or not before.
-    assert delivery.end_batch(list, None, backlog=False) is False
+    delivery.end_batch(list, None, backlog=False)
     assert producer.flushes == 2 and sink.sent[-1] == "END" and not engine.pending
     # Counted for the run's summary (run.phases) and the bench.
     assert (delivery.deferred_settlements, delivery.settling_flushes) == (1, 2)
@@ -228,15 +227,16 @@ def test_under_a_backlog_settling_waits_for_its_interval_and_says_so():
 def test_without_an_interval_a_backlog_defers_nothing():
     # settle_interval_ms 0 turns the deferral off (delivery.py): every batch settles at once.
     _sink, engine, _emitter, producer, delivery = released(settle_interval_s=0.0)
-    assert delivery.end_batch(list, None, backlog=True) is False
-    assert producer.flushes == 2 and not engine.pending
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.flushes == 2 and not engine.pending and delivery.deferred_settlements == 0
 
 
 def test_under_a_backlog_the_interval_bounds_the_deferral():
     _sink, engine, emitter, producer, delivery = released(settle_interval_s=0.05)
-    assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 0
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.flushes == 0 and emitter.unsettled
     time.sleep(0.06)
-    assert delivery.end_batch(list, None, backlog=True) is False
+    delivery.end_batch(list, None, backlog=True)
     assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
 
 
@@ -245,23 +245,25 @@ def test_under_a_backlog_a_batch_longer_than_the_interval_defers_once_not_twice_
     # never fires there); the next batch settles both, whatever the clock says.
     _sink, engine, emitter, producer, delivery = released(settle_interval_s=0.01)
     time.sleep(0.02)
-    assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 0
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.flushes == 0 and emitter.unsettled
     time.sleep(0.02)
-    assert delivery.end_batch(list, None, backlog=True) is False
+    delivery.end_batch(list, None, backlog=True)
     assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
     # Settled: the next full batch may defer again.
     emitter.release(engine, commit(engine, "b", 1))
-    assert delivery.end_batch(list, None, backlog=True) is True and producer.flushes == 2
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.flushes == 2 and emitter.unsettled
 
 
 def test_under_a_backlog_a_queue_that_drained_on_its_own_settles_without_a_flush():
     sink, engine, _emitter, producer, delivery = released(settle_interval_s=3600)
     sink.deliver()  # librdkafka delivered everything meanwhile: the queue is empty
     # The changes settle and END goes out; END itself is unsettled, so the batch is still deferred.
-    assert delivery.end_batch(list, None, backlog=True) is True
+    delivery.end_batch(list, None, backlog=True)
     assert producer.flushes == 0 and sink.sent[-1] == "END" and "a" in engine.pending
     sink.deliver()
-    assert delivery.end_batch(list, None, backlog=True) is False
+    delivery.end_batch(list, None, backlog=True)
     assert producer.flushes == 0 and not engine.pending
 
 
