@@ -48,6 +48,9 @@ ACK_WAIT_S = 0.002  # the same while emitted changes wait for acknowledgements
 # (kafka/delivery.py). One or two full batches are the burst after a hiccup (a GC, a slow flush):
 # deferring then only delayed ENDs, p99 ~100 ms at half the steady rate in the latency bench.
 BACKLOG_BATCHES = 3
+# Under a backlog a batch is checkpointed only once this long has passed since the last checkpoint:
+# each costs a RocksDB write and a scan of what changed, and a crash re-reads from the last one.
+BACKLOG_CHECKPOINT_S = 0.05
 # SIGTERM bounds (stop.py): a poll (its rebalance callbacks: restore retries, revoke drains) and a
 # batch's commit get these graces before a stop cuts them short; closing after a stop (drains,
 # consumer close, producer flush) gets CLOSE_BUDGET_S from the signal.
@@ -117,6 +120,7 @@ class Runner:
         self._failed = False  # the loop ended by an exception: engines may be past the last commit
         self._last_commit = 0.0
         self._full_batches = 0  # full poll batches in a row
+        self._last_checkpoint = 0.0
 
     @property
     def parts(self):
@@ -270,7 +274,10 @@ class Runner:
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         lap = clock.lap("settle", lap)
-        p.checkpoint_all()  # transactions still in flight stay staged (PartitionEngine._spill_due)
+        now = time.monotonic()
+        if not backlog or now - self._last_checkpoint >= BACKLOG_CHECKPOINT_S:
+            p.checkpoint_all()  # transactions still in flight stay staged (PartitionEngine._spill_due)
+            self._last_checkpoint = now
         clock.lap("checkpoint", lap)
 
     def _open_batch(self, produce: bool = True) -> bool:
