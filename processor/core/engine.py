@@ -69,6 +69,7 @@ class PartitionEngine:
         self._open_ordered = True
         self.pending: OrderedDict[str, Txn] = OrderedDict()  # committed, outputs not yet acknowledged
         self._stored_pending = 0  # how many of them are in the store (not staged)
+        self._commit_order_check = False  # one may be stored after a staged one (_spill_for_commit_order)
         self.completed: dict[str, tuple[int, str]] = {}
         # (offset, xid, FIFO key) in completion order; the key is kept for its delete at pruning.
         self.fifo: deque[tuple[int, str, bytes]] = deque()
@@ -418,10 +419,12 @@ class PartitionEngine:
             return [self._finish(txn.xid, offset, FILTERED)]
         if self.incomplete and txn.xid in self.incomplete:
             return self._commit_incomplete(txn, offset)
-        self.pending[txn.xid] = txn
         if txn.staged is None:
             self._dirty.add(txn.xid)
+            if len(self.pending) > self._stored_pending:  # committed after a staged one
+                self._commit_order_check = True
             self._stored_pending += 1
+        self.pending[txn.xid] = txn
         self.stats.committed += 1
         return [_committed(txn)]
 
@@ -523,6 +526,8 @@ class PartitionEngine:
         self._dirty.add(txn.xid)  # now in the store: its metadata goes there with it
         if txn.commit is not None:  # only a pending one is spilled once committed
             self._stored_pending += 1
+            if len(self.pending) > self._stored_pending:  # others are staged
+                self._commit_order_check = True
         if staged:
             put = self.batch.put
             for key, value in staged.items():
@@ -545,6 +550,7 @@ class PartitionEngine:
                 if txn.staged is not None:
                     self._spill(txn)
             staging.clear()
+            self._commit_order_check = False  # every one is in the store
             return self.next_offset
         horizon = self.next_offset - self.stage_horizon
         born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
@@ -566,7 +572,7 @@ class PartitionEngine:
         emits it again, as at_least_once allows), unless one committed after it is in the store: a
         restart emits the stored ones first (resume_pending), before the re-read commits the staged
         ones, so those must be in the store too to go out in commit order."""
-        if not self._stored_pending:  # the common case: nothing to keep the order behind
+        if not self._commit_order_check:  # no transaction was stored after a staged one committed
             return
         earlier: list[Txn] = []  # staged, committed before the next stored one
         for txn in self.pending.values():  # in commit order
@@ -576,6 +582,7 @@ class PartitionEngine:
                 for staged in earlier:
                     self._spill(staged)
                 earlier.clear()
+        self._commit_order_check = False
 
     def buffered(self, txn: Txn, begin: bytes, end: bytes) -> Iterable[tuple[bytes, Any]]:
         """The transaction's (key, value) pairs in [begin, end), in key order: staged or stored.

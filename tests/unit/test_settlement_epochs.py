@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from processor.core.engine import PartitionEngine
+from processor.kafka import delivery as delivery_module
 from processor.kafka import output_producer as op
 from processor.kafka.delivery import AtLeastOnce
 from processor.kafka.dlq import DeadLetterWriter
@@ -97,6 +98,17 @@ def test_under_a_backlog_each_batch_settles_the_batches_the_broker_acknowledged_
     delivery.end_batch(list, None, backlog=True)  # batch 4: both ENDs settle, both finish in order
     assert not engine.pending and not emitter.unsettled
     assert producer.flushes == 0 and delivery.deferred_settlements == 4
+
+
+def test_under_a_backlog_a_batch_waits_for_the_broker_once_too_much_is_in_flight(monkeypatch):
+    monkeypatch.setattr(delivery_module, "IN_FLIGHT_LIMIT", 4)
+    producer, _sink, engine, emitter, delivery = backlogged()
+    emitter.release(engine, commit(engine, "a", 2))  # 3 records in flight: under the bound
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.flushes == 0 and "a" in engine.pending
+    emitter.release(engine, commit(engine, "b", 2, offset=10))  # 6: the batch flushes instead
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.flushes == 2 and not engine.pending and not emitter.unsettled
 
 
 def test_outputs_sent_after_a_seal_wait_for_their_own_epoch():
