@@ -538,10 +538,16 @@ class PartitionEngine:
         re-read from (the first offset of the oldest transaction still staged, else next_offset).
 
         _staging is in the order the transactions began, so the due ones by offset are a prefix of it,
-        and the scan stops at the first one kept: its first offset is the lowest kept. A later one
+        and the scan stops at the first open one kept: its first offset is the lowest kept. A later one
         that is due by age only (source timestamps out of log order) waits until the scan reaches it.
-        A committed one whose outputs are in flight is kept like an open one. So a checkpoint costs what changed since the last one, not
-        what is open (100k open transactions were scanned at every batch)."""
+        So a checkpoint costs what changed since the last one, not what is open (100k open
+        transactions were scanned at every batch).
+
+        A committed one whose outputs are in flight is due by its commit instead (offset and age): it
+        finishes within a few batches, and spilling it would write its changes and its metadata (its
+        cursor at each settlement) only to delete them (100k transactions committed in a row, each
+        begun 50k offsets before: a checkpoint took 1.6 s of the 4 s run). Kept, it holds the restart's
+        re-read at its first offset until it finishes."""
         staging = self._staging
         if not staging:
             return self.next_offset
@@ -555,15 +561,22 @@ class PartitionEngine:
         horizon = self.next_offset - self.stage_horizon
         born_before = self.last_ts_ms - STAGE_MAX_AGE_MS
         resume = self.next_offset
-        done = 0
-        for txn in staging:
-            if txn.staged is not None:  # else finished, or spilled already
+        done = -1  # staging[:done] is finished or spilled: dropped; -1 while none is kept
+        for i, txn in enumerate(staging):
+            if txn.staged is None:  # finished, or spilled already
+                continue
+            commit = txn.commit
+            if commit is None:
                 if txn.first_offset >= horizon and not 0 < txn.first_ts_ms < born_before:
-                    resume = txn.first_offset
+                    done = i if done < 0 else done
+                    resume = min(resume, txn.first_offset)
                     break
-                self._spill(txn)
-            done += 1
-        del staging[:done]
+            elif commit.offset >= horizon and not 0 < commit.ts_ms < born_before:
+                done = i if done < 0 else done
+                resume = min(resume, txn.first_offset)
+                continue
+            self._spill(txn)
+        del staging[: len(staging) if done < 0 else done]
         self._spill_for_commit_order()
         return resume
 

@@ -199,6 +199,25 @@ def test_a_committed_transaction_in_flight_at_a_checkpoint_stays_staged_and_a_re
     assert [c["source"]["seq"] for c in emitter.sink.change_events()] == [1]
 
 
+def test_a_committed_transaction_in_flight_is_due_by_its_commit_not_its_beginning(store, feed):
+    """Begun past the horizon but committed within it, it stays staged (it finishes within a few
+    batches); once its commit is past the horizon too (the broker never acknowledged it), it is spilled."""
+    engine = PartitionEngine(0, store, stage_horizon=5)
+    recs = records(ev.raw_event("x", ev.BEGIN, 0, 0), change("x", 1))
+    recs += records(*(ev.raw_event(f"o{i}", ev.BEGIN, 0, 0) for i in range(6)), start=2)  # offsets 2..7
+    recs += records(ev.raw_event("x", ev.COMMIT, 8, 8), start=8)
+    feed(engine, recs)
+    x = engine.pending["x"]
+    engine.checkpoint()  # x began 9 offsets ago (horizon 5), committed 1 ago: kept, and holds the re-read
+    assert x.staged is not None and stored_events(store, x.prefix) == []
+    restored = PartitionEngine.restore(0, store)
+    assert restored is not None and restored.next_offset == 0
+    feed(engine, records(*(ev.raw_event(f"p{i}", ev.BEGIN, 0, 0) for i in range(5)), start=9))
+    engine.checkpoint()  # its commit is 6 offsets back now
+    assert x.staged is None and len(stored_events(store, x.prefix)) == 2
+    assert store.get(keys.meta_key(0, "x")) is not None
+
+
 def test_a_committed_staged_transaction_is_spilled_when_a_later_committed_one_is_stored(store, feed):
     """A restart emits the stored pending transactions before the re-read commits the staged ones: a
     staged one committed before a stored one goes to the store, so both go out in commit order; one
