@@ -512,9 +512,10 @@ class PartitionEngine:
     # A transaction keeps its writes in txn.staged, in memory, from its BEGIN until it finishes or
     # a checkpoint spills it: one that commits, is emitted and acknowledged (or rolls back) before
     # then never touches the store. A checkpoint spills those that began more than stage_horizon
-    # offsets or STAGE_MAX_AGE_MS ago (that bounds memory and the re-read below), a committed one
-    # in flight only to keep commit order (_spill_for_commit_order), and all of them at a stop or
-    # a revoke (spill_all). The store then holds every other
+    # offsets or STAGE_MAX_AGE_MS ago (that bounds memory and the re-read below; a committed one in
+    # flight counts from its commit), a committed one in flight also to keep commit order
+    # (_spill_for_commit_order), and all of them at a stop or a revoke (spill_all). A crash re-reads
+    # and emits again a committed one left staged, as at_least_once allows. The store then holds every other
     # transaction it knows, and the position record says where a restart must re-read from to
     # rebuild the staged ones: next_offset is the first offset of the oldest staged transaction,
     # replay_to the offset the store is complete to for all others (apply() skips their records

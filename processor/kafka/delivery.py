@@ -137,7 +137,7 @@ SETTLE_FLUSH_TIMEOUT_S = 1.0
 # flight (a few batches' outputs: ~0.9 a raw event in the steady bench), else it waits (flushes): the
 # producer's queue, and the released transactions with their staged changes, would only grow (100k
 # transactions committed in a row: +40 MB peak RSS without the bound).
-IN_FLIGHT_LIMIT = 20_000
+IN_FLIGHT_LIMIT = 10_000
 
 
 class AtLeastOnce:
