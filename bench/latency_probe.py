@@ -1,0 +1,58 @@
+"""One latency level, repeated, on its own broker: `python -m bench.latency_probe RATE [--seconds S]
+[--rounds N] [--passthrough]`.
+
+The latency curve in `bench.run` measures each level once, after the other benchmarks; a change to
+the settlement is judged faster here, round after round at one rate. Each round prints commit-to-END
+p50/p99 (from the COMMIT's produce, and from its append on the broker), the settling flushes, the
+batches that did not wait for the broker, and the loop's wall/CPU seconds by phase. The first round
+on a fresh broker runs while its JVM still warms up (2-5x slower at 133k events/s): compare later
+rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from bench import compare
+from bench import measure as m
+from bench.run import SIZES, Bench
+from processor.kafka.embedded import EmbeddedKafka
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rate", type=float, help="offered events/s")
+    ap.add_argument("--seconds", type=float, default=10.0, help="how long each round writes")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--passthrough", action="store_true", help="the passthrough (bench.echo) instead")
+    args = ap.parse_args()
+
+    summaries: list[dict] = []
+    measure_stats = compare._stats
+
+    def keep_summary(lat, rate, paced, res, from_append):  # the run's summary, which _stats drops
+        summaries.append(res.summary)
+        return measure_stats(lat, rate, paced, res, from_append)
+
+    compare._stats = keep_summary
+    level = compare.passthrough_latency if args.passthrough else compare.processor_latency
+    with EmbeddedKafka(extra_config={"group.initial.rebalance.delay.ms": "3000"}) as broker:
+        m.watch_broker(broker.process.pid)
+        bench = Bench(broker.bootstrap, SIZES["full"], Path(tempfile.mkdtemp(prefix="latency-probe-")))
+        for i in range(args.rounds):
+            r = level(bench, f"probe{i}", args.rate, args.seconds)
+            s = summaries[-1] if summaries else {}
+            phases = " ".join(f"{k}={v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in (s.get("phases") or {}).items())
+            print(
+                f"round {i + 1}: offered {args.rate:,.0f} achieved {r['achieved_rate']:,.0f} events/s; "
+                f"p50/p99 {r['p50_ms']:.0f}/{r['p99_ms']:.0f} ms, from the append "
+                f"{r['from_append_p50_ms']:.0f}/{r['from_append_p99_ms']:.0f} ms; "
+                f"flushes {s.get('settling_flushes')}, not waited {s.get('deferred_settlements')}; {phases}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
