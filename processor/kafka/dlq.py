@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 
 from processor.kafka.produce import RecordTooLarge, produce
-from processor.kafka.settlement import Settlement
+from processor.kafka.settlement import Unacknowledged
 
 HEADERS = ("reason", "source", "partition", "offset", "file", "line", "xid", "event_id", "size")
 MAX_REASON_CHARS = 2000
@@ -56,18 +56,14 @@ class DeadLetterWriter:
 
     def __init__(self, producer: Producer, topic: str):
         self.producer, self.topic = producer, topic
-        self._settlement = Settlement(producer)
-        self._unsettled = 0  # written since the producer was last seen settled past them
-        self._last = 0  # the settlement point after the last one written
+        self._unacked = Unacknowledged(producer)
         self.written = 0
         self.errors: list[str] = []
 
     @property
     def unacked(self) -> int:
         """Dead letters not known to be acknowledged (0 once the producer settled past the last one)."""
-        if self._unsettled and self._settlement.covers(self._last):
-            self._unsettled = 0
-        return self._unsettled
+        return self._unacked.count
 
     def write(
         self,
@@ -86,7 +82,6 @@ class DeadLetterWriter:
                 if on_ack is not None:
                     on_ack(err)
 
-        self._unsettled += 1
         try:
             produce(
                 self.producer,
@@ -100,7 +95,7 @@ class DeadLetterWriter:
             # Keep the reason and where to find the original; the value cannot travel.
             headers = dlq_headers(reason, source, **{**fields, "size": len(value or b"")})
             produce(self.producer, self.topic, None, key, headers=headers, on_delivery=delivered)
-        self._last = self._settlement.mark()
+        self._unacked.produced()
         self.written += 1
 
     def flush(self, timeout_s: float = 30.0) -> None:

@@ -39,3 +39,24 @@ class Settlement:
         if producer.epoch == mark:
             producer.next_epoch()  # closed, so that it can settle
         return bool(producer.settled_epoch() >= mark)
+
+
+class Unacknowledged:
+    """How many records a writer produced (dead letters, outcomes) that the producer has not yet
+    settled past: 0 once it has (each is then acknowledged, or failed and its report ran)."""
+
+    def __init__(self, producer: Any):
+        self._settlement = Settlement(producer)
+        self._count = 0
+        self._last = 0  # the settlement point after the last one produced
+
+    def produced(self) -> None:
+        """One more was produced (queued) just now."""
+        self._count += 1
+        self._last = self._settlement.mark()
+
+    @property
+    def count(self) -> int:
+        if self._count and self._settlement.covers(self._last):
+            self._count = 0
+        return self._count

@@ -27,7 +27,7 @@ from processor.core.contracts import AckCallback
 from processor.kafka import chunking
 from processor.kafka.dlq import DeadLetterWriter
 from processor.kafka.produce import RecordTooLarge, is_too_large, produce, record_size
-from processor.kafka.settlement import Settlement
+from processor.kafka.settlement import Unacknowledged
 
 OVERSIZED_POLICIES = ("dlq", "fail", "chunk")
 DEFAULT_MAX_RECORD_BYTES = 1_000_000  # librdkafka's message.max.bytes default
@@ -53,9 +53,7 @@ class KafkaSink:
         self.transactions_topic = transactions_topic
         self.dlq = DeadLetterWriter(producer, dlq_topic)
         self.oversized = oversized
-        self._settlement = Settlement(producer)
-        self._outcomes_unsettled = 0  # outcomes produced since the producer was last seen settled past them
-        self._last_outcome = 0  # the settlement point after the last outcome
+        self._outcomes_unacked = Unacknowledged(producer)
         self.outcome_errors: list[str] = []
         self.oversized_changes = 0
         self.chunked_changes = 0
@@ -194,10 +192,9 @@ class KafkaSink:
 
     def outcome(self, topic: str, xid: str, partition: int, offset: int, outcome: str) -> None:
         """Publish how a transaction finished without output; the low watermark waits for its ack."""
-        self._outcomes_unsettled += 1
         value = codec.encode_outcome({"xid": xid, "input_partition": partition, "offset": offset, "outcome": outcome})
         produce(self.producer, topic, value, xid.encode(), on_delivery=self._outcome_delivered)
-        self._last_outcome = self._settlement.mark()
+        self._outcomes_unacked.produced()
 
     def _outcome_delivered(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
@@ -207,9 +204,7 @@ class KafkaSink:
     def outcomes_unacked(self) -> int:
         """Outcomes produced since the producer was last seen settled past them (0 once it is: each is
         then acknowledged, or failed into outcome_errors)."""
-        if self._outcomes_unsettled and self._settlement.covers(self._last_outcome):
-            self._outcomes_unsettled = 0
-        return self._outcomes_unsettled
+        return self._outcomes_unacked.count
 
     def dead_letter(
         self, source_topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
