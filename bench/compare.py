@@ -143,6 +143,8 @@ def _stats(lat: list[float], rate: float, paced: dict, res: m.ProcResult, from_a
         # Whether the program kept up or queued: its loop's wall and CPU seconds by phase (the
         # processor's; the passthrough has none), and the machine's load when the level ended.
         "phases": res.summary.get("phases"),
+        "settling_flushes": res.summary.get("settling_flushes"),
+        "deferred_settlements": res.summary.get("deferred_settlements"),  # batches that did not wait
         "load_1min": round(os.getloadavg()[0], 2),
     }
 

@@ -29,27 +29,18 @@ def main() -> None:
     ap.add_argument("--passthrough", action="store_true", help="the passthrough (bench.echo) instead")
     args = ap.parse_args()
 
-    summaries: list[dict] = []
-    measure_stats = compare._stats
-
-    def keep_summary(lat, rate, paced, res, from_append):  # the run's summary, which _stats drops
-        summaries.append(res.summary)
-        return measure_stats(lat, rate, paced, res, from_append)
-
-    compare._stats = keep_summary
     level = compare.passthrough_latency if args.passthrough else compare.processor_latency
     with EmbeddedKafka(extra_config={"group.initial.rebalance.delay.ms": "3000"}) as broker:
         m.watch_broker(broker.process.pid)
         bench = Bench(broker.bootstrap, SIZES["full"], Path(tempfile.mkdtemp(prefix="latency-probe-")))
         for i in range(args.rounds):
             r = level(bench, f"probe{i}", args.rate, args.seconds)
-            s = summaries[-1] if summaries else {}
-            phases = " ".join(f"{k}={v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in (s.get("phases") or {}).items())
+            phases = " ".join(f"{k}={v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in (r.get("phases") or {}).items())
             print(
                 f"round {i + 1}: offered {args.rate:,.0f} achieved {r['achieved_rate']:,.0f} events/s; "
                 f"p50/p99 {r['p50_ms']:.0f}/{r['p99_ms']:.0f} ms, from the append "
                 f"{r['from_append_p50_ms']:.0f}/{r['from_append_p99_ms']:.0f} ms; "
-                f"flushes {s.get('settling_flushes')}, not waited {s.get('deferred_settlements')}; {phases}",
+                f"flushes {r.get('settling_flushes')}, not waited {r.get('deferred_settlements')}; {phases}",
                 flush=True,
             )
 
