@@ -173,7 +173,9 @@ def processor_latency(bench, tag: str, rate: float, seconds: float) -> dict:
     return _stats(lat, rate, paced, res, from_append)
 
 
-def passthrough_latency(bench, tag: str, rate: float, seconds: float, poll: str = "first") -> dict:
+def passthrough_latency(
+    bench, tag: str, rate: float, seconds: float, poll: str = "first", echo_args: tuple[str, ...] = ()
+) -> dict:
     name = tag
 
     def start(raw: str) -> m.Proc:
@@ -181,7 +183,7 @@ def passthrough_latency(bench, tag: str, rate: float, seconds: float, poll: str 
         return m.Proc(
             "bench.echo",
             ["--bootstrap", bench.bootstrap, "--raw-topic", raw, "--out-topic", f"out.{name}", "--group", f"b-{name}"]
-            + ["--poll", poll],
+            + ["--poll", poll, *echo_args],
         )
 
     paced = _paced(bench, name, rate, seconds, start)

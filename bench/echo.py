@@ -6,6 +6,14 @@ consumer and acks=all producer (linger.ms 5, lz4), and the runner's poll: poll_b
 waits up to --consume-timeout for the first record and takes what is fetched. --poll fill instead waits
 for a full batch, librdkafka's consume(max_batch, timeout), which shows what that wait costs at low rates.
 Each output record is produced when its input is consumed, so its timestamp is the passthrough's emit time.
+
+--commit-after-ack holds each batch's COMMIT records back until the broker has acknowledged the
+batch's other records, as the processor's END waits for its changes (DESIGN.md: END only after every
+change is acknowledged): the floor of that contract on this machine, without the buffer's own work.
+`flush` waits for them (the processor's way below saturation: two flushes a batch); `epochs` goes on
+polling and produces them once the native producer's epoch of the batch settled (its way under a
+backlog), waking every --ack-wait seconds while COMMITs are held. Both use the processor's native
+producer (kafka/_rdkafka_producer.pyx) with delivery.report.only.error.
 """
 
 from __future__ import annotations
@@ -13,10 +21,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections import deque
 
 from bench.peers.common import mark
+from processor.core import events as ev
 from processor.kafka.admin import ensure_topics, partition_count
 from processor.kafka.client_config import KafkaClientConfig
+from processor.kafka.output_producer import output_producer
 from processor.kafka.poll import poll_batch
 from processor.kafka.produce import flush, produce
 
@@ -30,10 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--poll", choices=("first", "fill"), default="first", help="return at the first record, or fill the batch"
     )
+    p.add_argument("--commit-after-ack", choices=("no", "flush", "epochs"), default="no")
+    p.add_argument("--ack-wait", type=float, default=0.002, help="epochs: the poll's wait while COMMITs are held")
+    p.add_argument("--linger-ms", type=float, default=None, help="the producer's linger.ms (default: the client's)")
     args = p.parse_args(argv)
     client = KafkaClientConfig(args.bootstrap)
     ensure_topics(client, {args.out_topic: partition_count(client, args.raw_topic)})
-    producer = client.producer(acks="all")
+    extra = {} if args.linger_ms is None else {"linger.ms": args.linger_ms}
+    if args.commit_after_ack != "no":
+        conf = client.producer_conf(acks="all", **{"delivery.report.only.error": True}, **extra)
+        producer, _ = output_producer(conf, "native")
+        return _commit_after_ack(args, client, producer)
+    producer = client.producer(acks="all", **extra)
     consumer = client.consumer(args.group, **{"partition.assignment.strategy": "cooperative-sticky"})
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -48,6 +67,62 @@ def main(argv: list[str] | None = None) -> int:
                 produce(producer, args.out_topic, msg.value(), msg.key())
         producer.poll(0)
     flush(producer, 60, args.out_topic)
+    consumer.close()
+    mark("run.done")
+    return 0
+
+
+# The COMMIT op's index in RawEvent's Op enum, as Avro writes it (zigzag: twice the index, one byte).
+_COMMIT_BYTE = 2 * ev.raw_schema()["fields"][1]["type"]["symbols"].index(ev.COMMIT)
+
+
+def _is_commit(value: bytes) -> bool:
+    """The op without decoding the record (a full decode, ~2 µs, kept this echo from keeping up at
+    133k events/s): RawEvent begins with xid, a string (its length as a zigzag varint, then its
+    bytes), then op, an enum."""
+    length = shift = i = 0
+    while True:
+        byte = value[i]
+        i += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    return value[i + (length >> 1)] == _COMMIT_BYTE
+
+
+def _commit_after_ack(args, client: KafkaClientConfig, producer) -> int:
+    consumer = client.consumer(args.group, **{"partition.assignment.strategy": "cooperative-sticky"})
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    consumer.subscribe([args.raw_topic], on_assign=lambda c, parts: mark("partition.assigned"))
+    held: deque[tuple[int, list]] = deque()  # (epoch of the batch's other records, its COMMIT messages)
+    out = args.out_topic
+    while not stop:
+        msgs = poll_batch(consumer, args.max_batch, args.ack_wait if held else args.consume_timeout)
+        commits = []
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            if _is_commit(msg.value()):
+                commits.append(msg)
+            else:
+                produce(producer, out, msg.value(), msg.key())
+        if args.commit_after_ack == "flush":
+            if commits:
+                flush(producer, 60, out)
+                for msg in commits:
+                    produce(producer, out, msg.value(), msg.key())
+                flush(producer, 60, out)
+            continue
+        if commits:
+            held.append((producer.next_epoch(), commits))
+        producer.poll(0)
+        settled = producer.settled_epoch()
+        while held and held[0][0] <= settled:
+            for msg in held.popleft()[1]:
+                produce(producer, out, msg.value(), msg.key())
+    flush(producer, 60, out)
     consumer.close()
     mark("run.done")
     return 0

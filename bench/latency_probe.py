@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import compare
 from bench import measure as m
 from bench.run import SIZES, Bench
-from processor.kafka.embedded import EmbeddedKafka
+from processor.kafka.embedded import SERVER_JVM_FLAGS, EmbeddedKafka
 
 
 def main() -> None:
@@ -27,10 +27,27 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="how long each round writes")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--passthrough", action="store_true", help="the passthrough (bench.echo) instead")
+    ap.add_argument(
+        "--echo",
+        default="",
+        help="with --passthrough: bench.echo's own flags, space-separated (e.g. '--commit-after-ack flush')",
+    )
+    ap.add_argument(
+        "--broker-jvm",
+        default=None,
+        help="the broker's JVM flags, space-separated (default: embedded.SERVER_JVM_FLAGS, as bench.run)",
+    )
     args = ap.parse_args()
 
-    level = compare.passthrough_latency if args.passthrough else compare.processor_latency
-    with EmbeddedKafka(extra_config={"group.initial.rebalance.delay.ms": "3000"}) as broker:
+    if args.passthrough:
+        echo_args = tuple(args.echo.split())
+
+        def level(bench, tag, rate, seconds):
+            return compare.passthrough_latency(bench, tag, rate, seconds, echo_args=echo_args)
+    else:
+        level = compare.processor_latency
+    jvm = args.broker_jvm.split() if args.broker_jvm else list(SERVER_JVM_FLAGS)
+    with EmbeddedKafka(extra_config={"group.initial.rebalance.delay.ms": "3000"}, jvm_flags=jvm) as broker:
         m.watch_broker(broker.process.pid)
         bench = Bench(broker.bootstrap, SIZES["full"], Path(tempfile.mkdtemp(prefix="latency-probe-")))
         for i in range(args.rounds):

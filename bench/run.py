@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from processor.core import events as ev
-from processor.kafka.embedded import EmbeddedKafka
+from processor.kafka.embedded import SERVER_JVM_FLAGS, EmbeddedKafka
 from processor.kafka.rawtopic import RawTopicWriter
 
 from . import compare, issue_table, plot
@@ -735,13 +735,17 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
         "method": inspect.getdoc(m),
         "git": _git_state(),
+        "broker_jvm_flags": list(SERVER_JVM_FLAGS),
     }
     try:
         # Kafka's own default (the embedded broker's 0 suits tests): a group's first rebalance waits
         # 3 s for more members, so `workers` members started together share the partitions from
         # the start, as a deployment's do, instead of one taking all and giving half away mid-run.
         # Every rate here is timed from the assignment, so the wait is not in any figure.
-        with EmbeddedKafka(extra_config={"group.initial.rebalance.delay.ms": "3000"}) as broker:
+        # And the JVM a served broker gets (embedded.SERVER_JVM_FLAGS), not the tests' quick-start one.
+        with EmbeddedKafka(
+            extra_config={"group.initial.rebalance.delay.ms": "3000"}, jvm_flags=list(SERVER_JVM_FLAGS)
+        ) as broker:
             m.watch_broker(broker.process.pid)
             bench = Bench(broker.bootstrap, sizes, workdir, RESULTS if args.profile else None)
             info["prepare"] = bench.prepare(only)

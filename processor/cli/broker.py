@@ -15,13 +15,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from processor.kafka.embedded import EmbeddedKafka
+    from processor.kafka.embedded import SERVER_JVM_FLAGS, EmbeddedKafka
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     data_dir = Path(args.data_dir) if args.data_dir else None
-    broker = EmbeddedKafka(port=args.port, data_dir=data_dir, keep_data=data_dir is not None).start()
+    # It serves until stopped: the JVM Kafka's own scripts give a broker, not the tests' quick-start one.
+    broker = EmbeddedKafka(
+        port=args.port, data_dir=data_dir, keep_data=data_dir is not None, jvm_flags=list(SERVER_JVM_FLAGS)
+    ).start()
     print(broker.bootstrap, flush=True)
     try:
         while not stop.wait(1.0):

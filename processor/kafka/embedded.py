@@ -69,9 +69,22 @@ DEFAULT_CONFIG = {
 
 # Measured on 2 cores, restart of a formatted data dir: G1 ~7 s, SerialGC ~3.4 s, SerialGC with C1
 # only ~2.2 s. C1 only also cost the broker less CPU over 1M produced + consumed records (C2's
-# compile threads compete for the two cores), so it suits short-lived brokers; pass jvm_flags to
-# measure a long-running one with C2.
+# compile threads compete for the two cores), so it suits short-lived brokers: the tests'.
 JVM_FLAGS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+# A broker that serves for long (the bench, `txbuffer broker`) gets what Kafka's own scripts give one
+# (kafka-server-start.sh's heap, kafka-run-class.sh's G1 settings) and C2. Once warm it answers far
+# faster under load: commit-to-END at 133k events/s (bench.latency_probe, 6 rounds on one broker)
+# reached p50/p99 12-22/43-76 ms in the last rounds, against 28-59/142-284 ms with JVM_FLAGS
+# (docs/benchmarks.md, session 44).
+SERVER_JVM_FLAGS = (
+    "-Xms1G",
+    "-Xmx1G",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
 
 _running: weakref.WeakSet[EmbeddedKafka] = weakref.WeakSet()
 
