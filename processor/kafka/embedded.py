@@ -73,9 +73,8 @@ DEFAULT_CONFIG = {
 JVM_FLAGS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 # A broker that serves for long (the bench, `txbuffer broker`) gets what Kafka's own scripts give one
 # (kafka-server-start.sh's heap, kafka-run-class.sh's G1 settings) and C2. Once warm it answers far
-# faster under load: commit-to-END at 133k events/s (bench.latency_probe, 6 rounds on one broker)
-# reached p50/p99 12-22/43-76 ms in the last rounds, against 28-59/142-284 ms with JVM_FLAGS
-# (docs/benchmarks.md, session 44).
+# faster under load: commit-to-END at 133k events/s (bench.latency_probe, rounds 4-6 of 6 on one
+# broker) had p50 12-22 ms with these, 28-59 ms with JVM_FLAGS (docs/benchmarks.md, session 44).
 SERVER_JVM_FLAGS = (
     "-Xms1G",
     "-Xmx1G",
