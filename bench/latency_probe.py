@@ -4,7 +4,7 @@
 The latency curve in `bench.run` measures each level once, after the other benchmarks; a change to
 the settlement is judged faster here, round after round at one rate. Each round prints commit-to-END
 p50/p99 (from the COMMIT's produce, and from its append on the broker), the settling flushes, the
-batches that did not wait for the broker, and the loop's wall/CPU seconds by phase. The first round
+batches that did not wait for the broker, and the loop's wall/CPU seconds by phase with each phase's longest lap. The first round
 on a fresh broker runs while its JVM still warms up (2-5x slower at 133k events/s): compare later
 rounds.
 """
@@ -52,7 +52,10 @@ def main() -> None:
         bench = Bench(broker.bootstrap, SIZES["full"], Path(tempfile.mkdtemp(prefix="latency-probe-")))
         for i in range(args.rounds):
             r = level(bench, f"probe{i}", args.rate, args.seconds)
-            phases = " ".join(f"{k}={v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in (r.get("phases") or {}).items())
+            phases = " ".join(
+                f"{k}={v['wall_s']:.1f}/{v['cpu_s']:.1f}s(longest {v.get('longest_ms', 0):.0f} ms)"
+                for k, v in (r.get("phases") or {}).items()
+            )
             print(
                 f"round {i + 1}: offered {args.rate:,.0f} achieved {r['achieved_rate']:,.0f} events/s; "
                 f"p50/p99 {r['p50_ms']:.0f}/{r['p99_ms']:.0f} ms, from the append "

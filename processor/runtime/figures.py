@@ -13,10 +13,11 @@ from processor.runtime.partitions import PartitionState
 
 
 class PhaseClock:
-    """Wall and CPU seconds of the loop's phases (poll, apply, release, settle, checkpoint), so a
-    slow run says whether it computed or waited: a phase whose wall time is well above its CPU time
-    waited (the broker, a flush) or was preempted (a loaded machine). Two clock reads per phase
-    and batch; logged as run.phases when the run ends."""
+    """Wall and CPU seconds of the loop's phases (poll, apply, release, settle, checkpoint,
+    housekeeping), so a slow run says whether it computed or waited: a phase whose wall time is well
+    above its CPU time waited (the broker, a flush) or was preempted (a loaded machine). Also each
+    phase's longest lap: one stall holds every COMMIT behind it, which is what a latency p99 shows
+    and a total hides. Two clock reads per phase and batch; logged as run.phases when the run ends."""
 
     __slots__ = ("totals",)
 
@@ -32,13 +33,19 @@ class PhaseClock:
         now = time.perf_counter(), time.thread_time()
         total = self.totals.get(phase)
         if total is None:
-            total = self.totals[phase] = [0.0, 0.0]
-        total[0] += now[0] - since[0]
+            total = self.totals[phase] = [0.0, 0.0, 0.0]
+        wall = now[0] - since[0]
+        total[0] += wall
         total[1] += now[1] - since[1]
+        if wall > total[2]:
+            total[2] = wall
         return now
 
     def seconds(self) -> dict[str, dict[str, float]]:
-        return {p: {"wall_s": round(w, 3), "cpu_s": round(c, 3)} for p, (w, c) in self.totals.items()}
+        return {
+            p: {"wall_s": round(w, 3), "cpu_s": round(c, 3), "longest_ms": round(longest * 1000, 1)}
+            for p, (w, c, longest) in self.totals.items()
+        }
 
 
 @dataclass

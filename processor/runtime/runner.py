@@ -165,6 +165,7 @@ class Runner:
                 now = time.monotonic()
                 self.watch.update(bool(p.held), now)
                 if now - self._last_commit >= cfg.commit_interval_ms / 1000:
+                    lap = self.summary.phases.now()
                     self.summary.sample_peaks(p.engines())
                     if cfg.max_open_age_ms:
                         self._abandon_old_transactions()
@@ -173,6 +174,7 @@ class Runner:
                     self._last_commit = now
                     if self.metrics is not None:
                         self.metrics.update(self.snapshot())
+                    self.summary.phases.lap("housekeeping", lap)
                 if now - last_log >= 5:
                     last_log = now
                     self._log_progress(now - started)

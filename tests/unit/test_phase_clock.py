@@ -31,3 +31,13 @@ def test_laps_of_a_phase_add_up_and_each_run_has_its_own_clock():
         clock.lap("settle", lap)
     assert clock.seconds()["settle"]["wall_s"] >= 0.03
     assert RunSummary().phases is not RunSummary().phases
+
+
+def test_a_phase_keeps_its_longest_lap_apart_from_its_total():
+    clock = PhaseClock()
+    for pause in (0.001, 0.04, 0.002):
+        lap = clock.now()
+        time.sleep(pause)
+        clock.lap("checkpoint", lap)
+    checkpoint = clock.seconds()["checkpoint"]
+    assert 40 <= checkpoint["longest_ms"] < checkpoint["wall_s"] * 1000
