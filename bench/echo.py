@@ -46,30 +46,78 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linger-ms", type=float, default=None, help="the producer's linger.ms (default: the client's)")
     args = p.parse_args(argv)
     client = KafkaClientConfig(args.bootstrap)
-    ensure_topics(client, {args.out_topic: partition_count(client, args.raw_topic)})
+    out = args.out_topic
+    ensure_topics(client, {out: partition_count(client, args.raw_topic)})
     extra = {} if args.linger_ms is None else {"linger.ms": args.linger_ms}
-    if args.commit_after_ack != "no":
+    if args.commit_after_ack == "no":
+        echo: _Echo = _Echo(client.producer(acks="all", **extra), out)
+    else:
         conf = client.producer_conf(acks="all", **{"delivery.report.only.error": True}, **extra)
-        producer, _ = output_producer(conf, "native")
-        return _commit_after_ack(args, client, producer)
-    producer = client.producer(acks="all", **extra)
+        echo = _CommitAfterAck(output_producer(conf, "native")[0], out, args.commit_after_ack == "flush")
     consumer = client.consumer(args.group, **{"partition.assignment.strategy": "cooperative-sticky"})
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     consumer.subscribe([args.raw_topic], on_assign=lambda c, parts: mark("partition.assigned"))
     while not stop:
+        wait_s = args.ack_wait if echo.holding() else args.consume_timeout
         if args.poll == "first":
-            msgs = poll_batch(consumer, args.max_batch, args.consume_timeout)
+            msgs = poll_batch(consumer, args.max_batch, wait_s)
         else:
-            msgs = consumer.consume(args.max_batch, args.consume_timeout)
-        for msg in msgs:
-            if msg.error() is None:
-                produce(producer, args.out_topic, msg.value(), msg.key())
-        producer.poll(0)
-    flush(producer, 60, args.out_topic)
+            msgs = consumer.consume(args.max_batch, wait_s)
+        echo.batch([msg for msg in msgs if msg.error() is None])
+    flush(echo.producer, 60, out)
     consumer.close()
     mark("run.done")
     return 0
+
+
+class _Echo:
+    """Each record produced as it is consumed."""
+
+    def __init__(self, producer, out: str) -> None:
+        self.producer, self.out = producer, out
+
+    def holding(self) -> bool:
+        return False
+
+    def batch(self, msgs: list) -> None:
+        for msg in msgs:
+            produce(self.producer, self.out, msg.value(), msg.key())
+        self.producer.poll(0)
+
+
+class _CommitAfterAck(_Echo):
+    """A batch's COMMIT records produced once the broker acknowledged its other records: after a flush
+    (waiting), or once the native producer's epoch of the batch settled (going on polling)."""
+
+    def __init__(self, producer, out: str, wait: bool) -> None:
+        super().__init__(producer, out)
+        self.wait = wait
+        self.held: deque[tuple[int, list]] = deque()  # (epoch of a batch's other records, its COMMITs)
+
+    def holding(self) -> bool:
+        return bool(self.held)
+
+    def batch(self, msgs: list) -> None:
+        producer, out = self.producer, self.out
+        commits = []
+        for msg in msgs:
+            if _is_commit(msg.value()):
+                commits.append(msg)
+            else:
+                produce(producer, out, msg.value(), msg.key())
+        if self.wait:
+            if commits:
+                flush(producer, 60, out)
+                super().batch(commits)
+                flush(producer, 60, out)
+            return
+        if commits:
+            self.held.append((producer.next_epoch(), commits))
+        producer.poll(0)
+        settled = producer.settled_epoch()
+        while self.held and self.held[0][0] <= settled:
+            super().batch(self.held.popleft()[1])
 
 
 # The COMMIT op's index in RawEvent's Op enum, as Avro writes it (zigzag: twice the index, one byte).
@@ -89,43 +137,6 @@ def _is_commit(value: bytes) -> bool:
         if byte < 0x80:
             break
     return value[i + (length >> 1)] == _COMMIT_BYTE
-
-
-def _commit_after_ack(args, client: KafkaClientConfig, producer) -> int:
-    consumer = client.consumer(args.group, **{"partition.assignment.strategy": "cooperative-sticky"})
-    stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    consumer.subscribe([args.raw_topic], on_assign=lambda c, parts: mark("partition.assigned"))
-    held: deque[tuple[int, list]] = deque()  # (epoch of the batch's other records, its COMMIT messages)
-    out = args.out_topic
-    while not stop:
-        msgs = poll_batch(consumer, args.max_batch, args.ack_wait if held else args.consume_timeout)
-        commits = []
-        for msg in msgs:
-            if msg.error() is not None:
-                continue
-            if _is_commit(msg.value()):
-                commits.append(msg)
-            else:
-                produce(producer, out, msg.value(), msg.key())
-        if args.commit_after_ack == "flush":
-            if commits:
-                flush(producer, 60, out)
-                for msg in commits:
-                    produce(producer, out, msg.value(), msg.key())
-                flush(producer, 60, out)
-            continue
-        if commits:
-            held.append((producer.next_epoch(), commits))
-        producer.poll(0)
-        settled = producer.settled_epoch()
-        while held and held[0][0] <= settled:
-            for msg in held.popleft()[1]:
-                produce(producer, out, msg.value(), msg.key())
-    flush(producer, 60, out)
-    consumer.close()
-    mark("run.done")
-    return 0
 
 
 if __name__ == "__main__":
