@@ -156,46 +156,42 @@ cdef inline int _w_opt_str(Writer* w, const char* p, Py_ssize_t n) except -1:
     return w_raw(w, p, n)
 
 
-cdef object encode_change_in_place(ChangeWriter cw, int op_index, int64_t seq, int64_t scn, int64_t ts_ms,
-                                   const char* table, Py_ssize_t table_n, const char* row_id, Py_ssize_t row_id_n,
-                                   bytes raw, Py_ssize_t body_at, int64_t total_order, int64_t collection_order):
-    """ChangeWriter._encode's fast path for fields read in place from the raw bytes (ChangeStream.next),
-    with empty attrs: the same bytes, no Python object for the fields."""
-    cdef Writer w
+cdef int write_change_in_place(ChangeWriter cw, Writer* w, int op_index, int64_t seq, int64_t scn, int64_t ts_ms,
+                               const char* table, Py_ssize_t table_n, const char* row_id, Py_ssize_t row_id_n,
+                               bytes raw, Py_ssize_t body_at, int64_t total_order,
+                               int64_t collection_order) except -1:
+    """ChangeWriter._encode's fast path, into w, for fields read in place from the raw bytes
+    (ChangeStream._write_in_place), with empty attrs: the same bytes, no Python object for the fields."""
     cdef char digits[24]
     cdef Py_ssize_t nd = 0
     cdef uint64_t u = <uint64_t>seq if seq >= 0 else 0 - <uint64_t>seq
-    w_init(&w)
-    try:
-        while True:  # event_id: "<thread>:<commit_scn>:<xid>:<seq>"
-            digits[23 - nd] = <char>(48 + u % 10)
-            nd += 1
-            u //= 10
-            if u == 0:
-                break
-        if seq < 0:
-            digits[23 - nd] = 45  # "-"
-            nd += 1
-        w_long(&w, PyBytes_GET_SIZE(cw._id_prefix) + nd)
-        w_raw(&w, PyBytes_AS_STRING(cw._id_prefix), PyBytes_GET_SIZE(cw._id_prefix))
-        w_raw(&w, digits + 24 - nd, nd)
-        w_long(&w, op_index)
-        w_long(&w, ts_ms)
-        w_raw(&w, PyBytes_AS_STRING(raw) + body_at, PyBytes_GET_SIZE(raw) - body_at)
-        _w_opt_str(&w, table, table_n)
-        w_raw(&w, PyBytes_AS_STRING(cw._xid), PyBytes_GET_SIZE(cw._xid))
-        w_long(&w, seq)
-        w_long(&w, scn)
-        w_raw(&w, PyBytes_AS_STRING(cw._commit), PyBytes_GET_SIZE(cw._commit))
-        _w_opt_str(&w, row_id, row_id_n)
-        w_long(&w, 0)  # attrs: empty
-        w_long(&w, 1)  # transaction: the record branch
-        w_raw(&w, PyBytes_AS_STRING(cw._xid), PyBytes_GET_SIZE(cw._xid))
-        w_long(&w, total_order)
-        w_long(&w, collection_order)
-        return w_result(&w)
-    finally:
-        w_free(&w)
+    while True:  # event_id: "<thread>:<commit_scn>:<xid>:<seq>"
+        digits[23 - nd] = <char>(48 + u % 10)
+        nd += 1
+        u //= 10
+        if u == 0:
+            break
+    if seq < 0:
+        digits[23 - nd] = 45  # "-"
+        nd += 1
+    w_long(w, PyBytes_GET_SIZE(cw._id_prefix) + nd)
+    w_raw(w, PyBytes_AS_STRING(cw._id_prefix), PyBytes_GET_SIZE(cw._id_prefix))
+    w_raw(w, digits + 24 - nd, nd)
+    w_long(w, op_index)
+    w_long(w, ts_ms)
+    w_raw(w, PyBytes_AS_STRING(raw) + body_at, PyBytes_GET_SIZE(raw) - body_at)
+    _w_opt_str(w, table, table_n)
+    w_raw(w, PyBytes_AS_STRING(cw._xid), PyBytes_GET_SIZE(cw._xid))
+    w_long(w, seq)
+    w_long(w, scn)
+    w_raw(w, PyBytes_AS_STRING(cw._commit), PyBytes_GET_SIZE(cw._commit))
+    _w_opt_str(w, row_id, row_id_n)
+    w_long(w, 0)  # attrs: empty
+    w_long(w, 1)  # transaction: the record branch
+    w_raw(w, PyBytes_AS_STRING(cw._xid), PyBytes_GET_SIZE(cw._xid))
+    w_long(w, total_order)
+    w_long(w, collection_order)
+    return 0
 
 
 cdef Node _LONG = _compile("long", {}, "", set())

@@ -2,9 +2,35 @@
 #
 # ChangeStream turns each buffered RawEvent (the store holds the raw bytes) into its Kafka key and
 # ChangeEvent bytes, numbering total_order and data_collection_order. An event without attrs (the
-# common case) has its fields read in place and written straight back (encode_change_in_place);
+# common case) has its fields read in place and written straight back (write_change_in_place);
 # only the row key is decoded, for the Kafka key. Acknowledgements need nothing
 # per change: outputs are acknowledged by settlement (processor/runtime/emitter.py).
+
+
+from cpython.pycapsule cimport (
+    PyCapsule_GetContext, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetContext,
+)
+from cpython.ref cimport Py_DECREF
+
+# A sink's C sender (contracts.Sink.direct_change_sender may return one): a PyCapsule named
+# CHANGE_SENDER whose pointer is a ChangeSender. send(ctx, value, value_n, key, key_n) queues one
+# change (value NULL: a tombstone) from bytes it copies, and returns 0; any other return refuses the
+# change, which then goes through the sink's send_change. The change's key and value are written in
+# C buffers and handed over from there: no bytes objects, no Python call per change.
+ctypedef int (*send_change_fn)(void* ctx, const char* value, Py_ssize_t value_n, const char* key,
+                               Py_ssize_t key_n) noexcept
+ctypedef struct ChangeSender:
+    send_change_fn send
+    void* ctx
+
+cdef const char* CHANGE_SENDER = b"txbuffer.change_sender"
+
+
+cdef const ChangeSender* _c_sender(object direct) except? NULL:
+    """The ChangeSender of a capsule, NULL for anything else (a (call, a, b) tuple, None)."""
+    if direct is not None and PyCapsule_IsValid(direct, CHANGE_SENDER):
+        return <const ChangeSender*>PyCapsule_GetPointer(direct, CHANGE_SENDER)
+    return NULL
 
 
 # keys.EVENT: an event key is the transaction's prefix, this byte, and its seq (8 bytes, big-endian).
@@ -44,6 +70,10 @@ cdef object _table_str(const char* p, Py_ssize_t n):
         _TABLE_STR[_TABLE_NEXT] = t
         _TABLE_NEXT = (_TABLE_NEXT + 1) % _TABLE_CACHE_SIZE
     return t
+
+
+cdef enum:  # ChangeStream._write_in_place's outcomes
+    IN_PLACE_WRITTEN, IN_PLACE_FRAGMENT, IN_PLACE_GENERAL
 
 
 cdef class ChangeStream:
@@ -92,17 +122,18 @@ cdef class ChangeStream:
         When next or send raises, a change numbered but not sent is taken back from the numbering,
         so the emit cursor never covers it.
 
-        direct, when the sink offers one (Sink.direct_change_sender): (call, a, b), and a change is
-        handed over as call(value, kafka_key, a, b), a C call with no Python frame; when that call
-        raises, the change goes through send, the sink's own path (it waits for room, handles an
-        oversized record, or raises the error itself)."""
+        direct, when the sink offers one (Sink.direct_change_sender): a ChangeSender capsule (above),
+        or (call, a, b), and a change is handed over as call(value, kafka_key, a, b), a C call with
+        no Python frame; when either refuses it, the change goes through send, the sink's own path
+        (it waits for room, handles an oversized record, or raises the error itself)."""
         cdef object call = None, a = None, b = None
+        cdef const ChangeSender* cs = _c_sender(direct)
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
-        if direct is not None:
+        if direct is not None and cs == NULL:
             call, a, b = direct
         for _, raw in pairs:
-            self._send_one(raw, call, a, b, send, failed, tombstone_after)
+            self._send_one(raw, call, a, b, send, failed, tombstone_after, cs)
 
     def send_staged(self, dict staged not None, bytes prefix not None, int64_t after_seq, send, failed,
                     tombstone_after, direct=None):
@@ -119,6 +150,7 @@ cdef class ChangeStream:
         cdef uint64_t seq, last = 0
         cdef bint first = True
         cdef object call = None, a = None, b = None, raw
+        cdef const ChangeSender* cs = _c_sender(direct)
         if self.writer is None or self.tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
         while PyDict_Next(staged, &pos, &k, &v):  # a pass without side effects: in order?
@@ -136,7 +168,7 @@ cdef class ChangeStream:
             if not first and seq <= last:
                 return False
             first, last = False, seq
-        if direct is not None:
+        if direct is not None and cs == NULL:
             call, a, b = direct
         size, pos = len(staged), 0
         while PyDict_Next(staged, &pos, &k, &v):
@@ -146,17 +178,21 @@ cdef class ChangeStream:
             if after_seq >= 0 and _read_be64(kb + plen + 1) <= <uint64_t>after_seq:
                 continue
             raw = <object>v  # held: send runs Python code
-            self._send_one(raw, call, a, b, send, failed, tombstone_after)
+            self._send_one(raw, call, a, b, send, failed, tombstone_after, cs)
             if len(staged) != size:  # PyDict_Next must not go on over a changed dict
                 raise RuntimeError("a staged transaction's writes changed during its emission")
         return True
 
     cdef int _send_one(self, object raw, object call, object a, object b, object send, object failed,
-                       object tombstone_after) except -1:
+                       object tombstone_after, const ChangeSender* cs) except -1:
         """One buffered event of send_all: numbered, encoded, handed over; a change numbered but not
         sent is taken back from the numbering when next or send raises."""
         cdef object out, key, value, seq, op
         cdef Py_ssize_t numbered = self.produced
+        if cs != NULL and type(raw) is bytes and self.writer._fast and self._send_in_place(
+            <bytes>raw, cs, send, failed, tombstone_after
+        ):
+            return 0
         try:
             # no Python call per change, and in the common case no tuple either (True)
             out = self._next(raw, True) if type(raw) is bytes else self.next(raw)
@@ -166,7 +202,10 @@ cdef class ChangeStream:
                 key, value, seq, op = self._out_key, self._out_value, self._out_seq, self._out_op
             else:
                 key, value, seq, op = (<tuple>out)[0], (<tuple>out)[1], (<tuple>out)[2], (<tuple>out)[4]
-            _hand_over(call, a, b, send, failed, key, value)
+            if cs != NULL:
+                _hand_over_c(cs, send, failed, key, value)
+            else:
+                _hand_over(call, a, b, send, failed, key, value)
         except BaseException:
             if self.produced > numbered:
                 self.produced -= 1
@@ -175,8 +214,44 @@ cdef class ChangeStream:
         self.sent += 1
         self.last_seq = seq
         if tombstone_after is not None and op == tombstone_after:
-            _hand_over(call, a, b, send, failed, key, None)
+            if cs != NULL:
+                _hand_over_c(cs, send, failed, key, None)
+            else:
+                _hand_over(call, a, b, send, failed, key, None)
         return 0
+
+    cdef bint _send_in_place(self, bytes raw, const ChangeSender* cs, object send, object failed,
+                             object tombstone_after) except -1:
+        """_send_one to a ChangeSender: the change's key and value written in C buffers (_write_in_place)
+        and handed over from there. False, having numbered nothing, for an event with attrs (the
+        general path)."""
+        cdef LaneFields f
+        cdef Writer kw, vw
+        cdef Py_ssize_t numbered = self.produced
+        cdef int done
+        w_init(&kw)
+        w_init(&vw)
+        try:
+            try:
+                done = self._write_in_place(raw, &f, &kw, &vw)
+                if done != IN_PLACE_WRITTEN:
+                    return done == IN_PLACE_FRAGMENT  # a fragment is never emitted alone
+                if cs.send(cs.ctx, <const char*>vw.buf, vw.len, <const char*>kw.buf, kw.len) != 0:
+                    send(w_result(&kw), w_result(&vw), failed)  # refused: the sink's own path
+            except BaseException:
+                if self.produced > numbered:
+                    self.produced -= 1
+                    self.tables[self._counted] -= 1
+                raise
+            self.sent += 1
+            self.last_seq = f.seq
+            if tombstone_after is not None and (<Node>RAW_ROOT.children[I_OP]).symbols[f.op] == tombstone_after:
+                if cs.send(cs.ctx, NULL, 0, <const char*>kw.buf, kw.len) != 0:
+                    send(w_result(&kw), None, failed)
+            return True
+        finally:
+            w_free(&kw)
+            w_free(&vw)
 
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment
@@ -211,49 +286,62 @@ cdef class ChangeStream:
 
     cdef object _next_in_place(self, bytes raw, bint to_fields):
         """next() with the prefix fields read in place and the ChangeEvent written from them
-        (encode_change_in_place); NotImplemented when the event has attrs (the general path). With
+        (_write_in_place); NotImplemented when the event has attrs (the general path). With
         to_fields, the change goes to _out_key, _out_value, _out_seq and _out_op and True is returned."""
-        cdef Reader r
-        cdef Node root = RAW_ROOT
         cdef LaneFields f
-        cdef Py_ssize_t body_at
-        cdef int op_index
-        cdef int64_t total_order, collection_order
-        cdef Writer w
-        r.buf = <const unsigned char*>PyBytes_AS_STRING(raw)
-        r.pos = 0
-        r.end = PyBytes_GET_SIZE(raw)
-        kafka_key = None
+        cdef Writer kw, vw
+        cdef int done
+        w_init(&kw)
+        w_init(&vw)
         try:
-            scan_fields(&r, I_KEY, &f)  # validated when buffered; read again in place
-            op_index = RAW_TO_CHANGE_OP[f.op]
-            if op_index < 0:
-                return None  # a fragment: merged into its change, never emitted alone
-            if f.has_attrs:
+            done = self._write_in_place(raw, &f, &kw, &vw)
+            if done == IN_PLACE_FRAGMENT:
+                return None  # merged into its change, never emitted alone
+            if done == IN_PLACE_GENERAL:
                 return NotImplemented
-            body_at = r.pos
-            w_init(&w)
-            try:
-                if change_key_raw(&r, f.table, f.table_n if f.table != NULL else 0, &w) == 0:
-                    kafka_key = w_result(&w)
-            finally:
-                w_free(&w)
-            if kafka_key is None:  # a key the bytes path leaves to the reference (change_key_raw)
-                r.pos = body_at
-                key = decode_node(<Node>root.children[I_KEY], &r)
-        except Malformed as exc:
-            raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
-        t = None if f.table == NULL else _table_str(f.table, f.table_n)
-        if kafka_key is None:
-            kafka_key = change_key_c(t, key)
-        self._count(t, &total_order, &collection_order)
-        value = encode_change_in_place(self.writer, op_index, f.seq, f.scn, f.ts_ms, f.table, f.table_n, f.row_id,
-                                       f.row_id_n, raw, body_at, total_order, collection_order)
-        op = (<Node>root.children[I_OP]).symbols[f.op]
+            kafka_key, value = w_result(&kw), w_result(&vw)
+        finally:
+            w_free(&kw)
+            w_free(&vw)
+        op = (<Node>RAW_ROOT.children[I_OP]).symbols[f.op]
         if to_fields:
             self._out_key, self._out_value, self._out_seq, self._out_op = kafka_key, value, f.seq, op
             return True
-        return (kafka_key, value, f.seq, t or "", op)
+        return (kafka_key, value, f.seq, "" if f.table == NULL else _table_str(f.table, f.table_n), op)
+
+    cdef int _write_in_place(self, bytes raw, LaneFields* f, Writer* kw, Writer* vw) except -1:
+        """The in-place path of one buffered event: its prefix fields read into f, its Kafka key written
+        to kw and, numbered, its ChangeEvent to vw (IN_PLACE_WRITTEN); IN_PLACE_FRAGMENT or, for an
+        event with attrs, IN_PLACE_GENERAL, having written and numbered nothing. A caller whose
+        hand-over fails takes the numbering back (_send_one)."""
+        cdef Reader r
+        cdef Py_ssize_t body_at
+        cdef int op_index
+        cdef int64_t total_order, collection_order
+        cdef bytes kafka_key
+        r.buf = <const unsigned char*>PyBytes_AS_STRING(raw)
+        r.pos = 0
+        r.end = PyBytes_GET_SIZE(raw)
+        try:
+            scan_fields(&r, I_KEY, f)  # validated when buffered; read again in place
+            op_index = RAW_TO_CHANGE_OP[f.op]
+            if op_index < 0:
+                return IN_PLACE_FRAGMENT
+            if f.has_attrs:
+                return IN_PLACE_GENERAL
+            body_at = r.pos
+            if change_key_raw(&r, f.table, f.table_n if f.table != NULL else 0, kw) != 0:
+                r.pos = body_at  # a key the bytes path leaves to the reference
+                kafka_key = change_key_c(None if f.table == NULL else _table_str(f.table, f.table_n),
+                                         decode_node(<Node>RAW_ROOT.children[I_KEY], &r))
+                kw.len = 0
+                w_raw(kw, PyBytes_AS_STRING(kafka_key), PyBytes_GET_SIZE(kafka_key))
+        except Malformed as exc:
+            raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
+        self._count(None if f.table == NULL else _table_str(f.table, f.table_n), &total_order, &collection_order)
+        write_change_in_place(self.writer, vw, op_index, f.seq, f.scn, f.ts_ms, f.table, f.table_n, f.row_id,
+                              f.row_id_n, raw, body_at, total_order, collection_order)
+        return IN_PLACE_WRITTEN
 
 
 cdef class Emission:
@@ -338,6 +426,14 @@ cdef inline int _hand_over(object call, object a, object b, object send, object 
     return 0
 
 
+cdef inline int _hand_over_c(const ChangeSender* cs, object send, object failed, bytes key, object value) except -1:
+    """One output to the sink's ChangeSender, or by send when it refuses it."""
+    if cs.send(cs.ctx, NULL if value is None else PyBytes_AS_STRING(value), 0 if value is None else len(value),
+               PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) != 0:
+        send(key, value, failed)
+    return 0
+
+
 cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):
     """Decode the fields before `key` into vals (lob_data skipped), set *body_at and return the
     key. The event was validated to its last byte when it was buffered, so the row images and
@@ -360,3 +456,46 @@ cdef object _emit_fields(bytes raw, list vals, Py_ssize_t* body_at):
         return decode_node(<Node>root.children[I_KEY], &r)
     except Malformed as exc:
         raise DECODE_ERROR(f"undecodable buffered event: {exc}") from exc
+
+
+cdef class _RecordingSender:
+    """recording_change_sender's state: where it logs, which calls it refuses, how many it took."""
+
+    cdef ChangeSender c
+    cdef list log
+    cdef object refuse
+    cdef Py_ssize_t calls
+
+
+cdef int _recording_send(void* ctx, const char* value, Py_ssize_t value_n, const char* key,
+                         Py_ssize_t key_n) noexcept:
+    cdef _RecordingSender sender = <_RecordingSender>ctx
+    cdef Py_ssize_t n = sender.calls
+    sender.calls += 1
+    try:
+        if n in sender.refuse:
+            return -184  # as librdkafka's queue full
+        sender.log.append((PyBytes_FromStringAndSize(key, key_n),
+                           None if value == NULL else PyBytes_FromStringAndSize(value, value_n), "direct"))
+    except BaseException:
+        return -1
+    return 0
+
+
+cdef void _release_context(object capsule) noexcept:
+    cdef void* context = PyCapsule_GetContext(capsule)
+    if context != NULL:
+        Py_DECREF(<object>context)
+
+
+def recording_change_sender(list log not None, refuse):
+    """For the tests: a ChangeSender capsule that appends (key, value, "direct") to log for each change
+    (value None: a tombstone) and refuses the calls whose number (from 0) is in refuse."""
+    cdef _RecordingSender sender = _RecordingSender.__new__(_RecordingSender)
+    sender.log, sender.refuse = log, refuse
+    sender.c.send = _recording_send
+    sender.c.ctx = <void*>sender
+    capsule = PyCapsule_New(<void*>&sender.c, CHANGE_SENDER, _release_context)
+    Py_INCREF(sender)  # the capsule's: released by its destructor
+    PyCapsule_SetContext(capsule, <void*>sender)
+    return capsule

@@ -15,7 +15,9 @@
 # one on the Python path.
 
 from cpython.bytes cimport PyBytes_AS_STRING as _BUF
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.string cimport strcmp
 
 cdef extern from "Python.h":
     ctypedef struct PyMemberDef:
@@ -377,13 +379,13 @@ cdef int scan_raw_layout(Reader* r, bint whole, LaneFields* f) except -1:
     return 0
 
 
-cdef bint lane_scan(bytes data, LaneFields* f) except -1:
-    """Validate data as a whole RawEvent exactly as make_view does, and read the fields the lane needs
-    in place. False when it is not a RawEvent (the Python path says why)."""
+cdef bint lane_scan(const char* data, Py_ssize_t n, LaneFields* f) except -1:
+    """Validate the n bytes at data as a whole RawEvent exactly as make_view does, and read the fields
+    the lane needs in place. False when it is not a RawEvent (the Python path says why)."""
     cdef Reader r
-    r.buf = <const unsigned char*>_BUF(data)
+    r.buf = <const unsigned char*>data
     r.pos = 0
-    r.end = PyBytes_GET_SIZE(data)
+    r.end = n
     try:
         scan_fields(&r, RAW_ROOT.n, f)
     except Exception:  # as make_view: whatever the reader raises, it is not a RawEvent
@@ -502,45 +504,109 @@ cdef inline object _xid_str(const char* p, Py_ssize_t n):
     return xid
 
 
-def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list actions):
+# A record of a RecordRun (processor/kafka/_rdkafka_fetch.pyx) as its buffer exports it: the same
+# layout and format string on both sides. A length of -1 is a null key or value.
+ctypedef struct RawRecordView:
+    int64_t offset
+    const char* key
+    Py_ssize_t key_len
+    const char* value
+    Py_ssize_t value_len
+
+cdef const char* RAW_RECORD_FORMAT = b"qPnPn"
+
+
+def buffer_changes(engine, records, Py_ssize_t i, dict open_txns, put, list actions):
     """Apply records[i:] while the lane handles each (above), adding the actions they cause to
-    actions; return the index of the first record left to the Python path (len(records) if none)."""
-    cdef Py_ssize_t n = len(records), m
+    actions; return the index of the first record left to the Python path (len(records) if none).
+    records is a list of records with offset(), key() and value(), or a run exporting
+    RawRecordView records (the native fetch's RecordRun): read in place, no object per record."""
+    cdef Py_buffer view
+    cdef RawRecordView* recs = NULL
+    cdef Py_ssize_t n
+    if type(records) is list:
+        n = len(<list>records)
+    elif PyObject_CheckBuffer(records):
+        PyObject_GetBuffer(records, &view, PyBUF_FORMAT | PyBUF_ND)
+        try:
+            if (view.format == NULL or strcmp(view.format, RAW_RECORD_FORMAT) != 0
+                    or view.itemsize != sizeof(RawRecordView) or view.ndim != 1):
+                raise TypeError(f"buffer_changes: not a run of raw records ({type(records).__name__})")
+            recs = <RawRecordView*>view.buf
+            n = view.shape[0]
+            return _buffer_changes(engine, None, recs, n, i, open_txns, put, actions)
+        finally:
+            PyBuffer_Release(&view)
+    else:
+        return i
+    return _buffer_changes(engine, <list>records, NULL, n, i, open_txns, put, actions)
+
+
+cdef Py_ssize_t _buffer_changes(engine, list records, const RawRecordView* recs, Py_ssize_t n, Py_ssize_t i,
+                                dict open_txns, put, list actions) except -1:
+    """buffer_changes over a list of records, or (records None) over n RawRecordViews."""
     cdef int64_t next_offset = engine.next_offset
     cdef int64_t last_ts = engine.last_ts_ms
     cdef int64_t offset, seq, ts
-    cdef Py_ssize_t applied = 0, changes = 0
+    cdef Py_ssize_t applied = 0, changes = 0, m
     cdef int kind
     cdef bint slots
     cdef dict completed = engine.completed
     cdef object pending = engine.pending
     cdef LaneFields f
-    cdef bytes prefix, value
-    cdef object key
+    cdef bytes prefix
+    cdef object value, key
+    cdef const char* value_at
+    cdef Py_ssize_t value_n
+    cdef const char* key_at
+    cdef Py_ssize_t key_n
+    cdef const RawRecordView* r
     cdef char* out
+    cdef object record_type = None, offset_of = None, key_of = None, value_of = None
     if not LANE_READY or i >= n:
         return i
-    # The records' offset, key and value methods taken from their type once, not looked up on each
-    # record; a record of another type is left to the Python path.
-    record_type = type(records[i])
-    offset_of, key_of, value_of = record_type.offset, record_type.key, record_type.value
+    if records is not None:
+        # The records' offset, key and value methods taken from their type once, not looked up on
+        # each record; a record of another type is left to the Python path.
+        record_type = type(records[i])
+        offset_of, key_of, value_of = record_type.offset, record_type.key, record_type.value
     open_txn, commit_txn = engine._open, engine._commit  # bound once, not at each BEGIN and COMMIT
     partition = engine.partition
     if type(partition) is not int or not 0 <= partition <= 0xFFFFFFFF:  # else the Python path (keys.txn_prefix)
         return i
     try:
         while i < n:
-            rec = records[i]
-            if type(rec) is not record_type:
-                break
-            offset = offset_of(rec)
-            if offset < next_offset:
-                i += 1
-                continue  # applied already (re-delivered after a seek)
-            value = value_of(rec)
-            if value is None:
-                break
-            if not lane_scan(value, &f):
+            if recs != NULL:
+                r = &recs[i]
+                offset = r.offset
+                if offset < next_offset:
+                    i += 1
+                    continue  # applied already (re-delivered after a seek)
+                if r.value_len < 0:
+                    break
+                value = None  # made for a change only: what it is stored under
+                value_at, value_n = r.value, r.value_len
+                key_at, key_n = r.key, r.key_len
+            else:
+                rec = records[i]
+                if type(rec) is not record_type:
+                    break
+                offset = offset_of(rec)
+                if offset < next_offset:
+                    i += 1
+                    continue
+                value = value_of(rec)
+                if value is None or type(value) is not bytes:
+                    break
+                value_at, value_n = _BUF(value), PyBytes_GET_SIZE(value)
+                key = key_of(rec)
+                if key is None:
+                    key_at, key_n = NULL, -1
+                elif type(key) is not bytes:
+                    break
+                else:
+                    key_at, key_n = _BUF(key), PyBytes_GET_SIZE(key)
+            if not lane_scan(value_at, value_n, &f):
                 break  # not a RawEvent: apply() dead-letters it
             kind = LANE_OP[f.op]
             seq = f.seq
@@ -548,12 +614,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
                 break
             if kind == O_CHANGE and (f.undo or f.table == NULL or f.table_n == 0 or not f.has_key):
                 break
-            key = key_of(rec)
-            if key is not None and type(key) is not bytes:
-                break
-            if key is not None and (
-                PyBytes_GET_SIZE(key) != f.xid_n or memcmp(_BUF(key), f.xid, f.xid_n) != 0
-            ):
+            if key_n >= 0 and (key_n != f.xid_n or memcmp(key_at, f.xid, f.xid_n) != 0):
                 break  # apply() dead-letters it (validation.misplaced)
             xid = _xid_str(f.xid, f.xid_n)
             ts = f.ts_ms
@@ -598,6 +659,8 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
                 sub_key = _index_key(prefix, 3, f.subxid, f.subxid_n, seq)
                 if sub_key is None:
                     break
+            if value is None:
+                value = PyBytes_FromStringAndSize(value_at, value_n)
             # keys.event_key(prefix, seq)
             m = PyBytes_GET_SIZE(prefix)
             event_key = PyBytes_FromStringAndSize(NULL, m + 9)
@@ -619,7 +682,7 @@ def buffer_changes(engine, list records, Py_ssize_t i, dict open_txns, put, list
                 if sub_key is not None:
                     (<dict>staged)[sub_key] = b""
             _txn_set(txn, slots, T_EVENTS, _txn_get(txn, slots, T_EVENTS) + 1)
-            _txn_set(txn, slots, T_BYTES, _txn_get(txn, slots, T_BYTES) + PyBytes_GET_SIZE(value))
+            _txn_set(txn, slots, T_BYTES, _txn_get(txn, slots, T_BYTES) + value_n)
             next_offset = offset + 1
             applied += 1
             changes += 1

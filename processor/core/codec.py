@@ -36,7 +36,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -326,7 +326,7 @@ change_key: Callable[[str | None, dict[str, Any] | None], bytes]
 change_stream: Callable[[Any, int, dict[str, int]], Any]
 emission: Callable[[Any, Txn], Any]
 settle_all: Callable[[list[Any]], None]
-buffer_changes: Callable[[Any, list[Any], int, dict[str, Any], Callable[[bytes, bytes], None], list[Any]], int]
+buffer_changes: Callable[[Any, Sequence[Any], int, dict[str, Any], Callable[[bytes, bytes], None], list[Any]], int]
 partition_runs: Callable[[list[Any]], tuple[dict[int, list[Any]], list[Any]]]
 staged_range: Callable[[dict[bytes, Any], bytes, bytes], list[tuple[bytes, Any]]]
 transaction_bytes: Callable[..., bytes]

@@ -8,7 +8,7 @@ Emission holds how far a released transaction is acknowledged, and the engine's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import events as _ev
@@ -115,7 +115,9 @@ class PyChangeStream:
         return kafka_key, value, e.seq, e.table or "", e.op
 
 
-def no_lane(engine: Any, records: list[Any], i: int, open_txns: dict[str, Any], put: Any, actions: list[Any]) -> int:
+def no_lane(
+    engine: Any, records: Sequence[Any], i: int, open_txns: dict[str, Any], put: Any, actions: list[Any]
+) -> int:
     return i
 
 
@@ -138,8 +140,8 @@ def _hand_over(
     direct: tuple[Callable[..., Any], Any, Any] | None, send: Callable[..., None], failed: Any, key: bytes, value: Any
 ) -> None:
     """One output to the sink: by its direct call when it has one, else (or when that raises an
-    Exception) by send."""
-    if direct is not None:
+    Exception) by send. A ChangeSender capsule is for the compiled stream: here send takes each."""
+    if type(direct) is tuple:
         call, a, b = direct
         try:
             call(value, key, a, b)

@@ -23,7 +23,9 @@ class Sink(Protocol):
 
     def settled(self) -> bool: ...
 
-    # Optional: direct_change_sender(on_ack) -> (call, a, b) | None. The emitter's per-change loop
-    # (codec ChangeStream.send_all, in C) then hands a change over as call(value, key, a, b), a C
-    # callable with no Python frame (KafkaSink: the producer's produce), and uses send_change only
-    # when that call raises. Sinks without it get send_change for every change.
+    # Optional: direct_change_sender(on_ack) -> (call, a, b) | a ChangeSender capsule | None. The
+    # emitter's per-change loop (codec ChangeStream.send_all, in C) then hands a change over as
+    # call(value, key, a, b), a C callable with no Python frame (KafkaSink: the producer's produce),
+    # or through the capsule's C function from the buffers it was written in (KafkaSink on the
+    # native producer; processor/core/_emit.pxi), and uses send_change only when that call raises
+    # or refuses. Sinks without it get send_change for every change.

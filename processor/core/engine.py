@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from processor.core import codec, incomplete, keys, stored
@@ -102,10 +102,11 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ apply
 
-    def apply_records(self, records: list[Any]) -> list[Action]:
+    def apply_records(self, records: Sequence[Any]) -> list[Action]:
         """Apply one partition's consumed records in order; return the actions they cause.
 
-        A record is anything with offset(), key() and value() (a consumer's message). Records
+        A record is anything with offset(), key() and value() (a consumer's message); records is a
+        list of them, or the native fetch's RecordRun, which the lane reads in place. Records
         below next_offset were applied already and are skipped. Runs of plain changes of open
         transactions go through the compiled lane (codec.buffer_changes), which writes exactly
         what _change writes; every other record goes through apply().

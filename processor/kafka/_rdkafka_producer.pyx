@@ -21,7 +21,8 @@ librdkafka is confluent-kafka's own, reached as _rdkafka_api.pxi says.
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.ref cimport PyObject
+from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_New, PyCapsule_SetContext
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 
 import time
@@ -150,6 +151,44 @@ cdef void _on_error(void *rk, int err, const char *reason, void *opaque) noexcep
         (<NativeProducer>state.owner)._queue_error(err, reason, fatal)
 
 
+# The emitter's C sender (processor/core/_emit.pxi declares the same struct and capsule name).
+ctypedef int (*txb_send_change_fn)(void *ctx, const char *value, Py_ssize_t value_len, const char *key,
+                                   Py_ssize_t key_len) noexcept
+ctypedef struct txb_change_sender_t:
+    txb_send_change_fn send
+    void *ctx
+
+cdef const char *_CHANGE_SENDER = b"txbuffer.change_sender"
+
+cdef class NativeProducer
+
+
+@cython.final
+cdef class ChangeSender:
+    """What a change_sender capsule points into: its producer, topic handle and callback slot."""
+
+    cdef txb_change_sender_t c
+    cdef NativeProducer producer
+    cdef void *rkt
+    cdef uintptr_t slot
+
+    def __dealloc__(self):
+        if self.producer is not None:
+            self.producer._pinned.pop(self.slot, None)
+
+
+cdef int _send_change(void *ctx, const char *value, Py_ssize_t value_len, const char *key,
+                      Py_ssize_t key_len) noexcept:
+    cdef ChangeSender sender = <ChangeSender>ctx
+    return sender.producer._produce_c(sender.rkt, value, value_len, key, key_len, sender.slot)
+
+
+cdef void _release_sender(object capsule) noexcept:
+    cdef void *sender = PyCapsule_GetContext(capsule)
+    if sender != NULL:
+        Py_DECREF(<object>sender)
+
+
 @cython.no_gc_clear  # __dealloc__ destroys the topic handles in _topics first
 cdef class NativeProducer:
     """A confluent_kafka.Producer for the outputs' calls: produce, poll, flush, len, list_topics and the
@@ -163,6 +202,7 @@ cdef class NativeProducer:
     cdef str _last_topic  # the last name looked up, and its handle
     cdef void *_last_rkt
     cdef dict _callbacks  # slot -> on_delivery callable, for the records still queued
+    cdef dict _pinned  # slot -> on_delivery callable of a ChangeSender: kept while the sender lives
     cdef object _last_callback
     cdef uintptr_t _last_slot
     cdef uintptr_t _next_slot
@@ -176,6 +216,7 @@ cdef class NativeProducer:
         self.rk = NULL
         self._topics = {}
         self._callbacks = {}
+        self._pinned = {}
         self._reports = deque()
         self._next_slot = 1
         self._epoch = self._unsettled = 1  # epoch 0 is settled from the start
@@ -254,6 +295,8 @@ cdef class NativeProducer:
                 if slot == 0:  # a report that could not be built
                     raise KafkaException(error)
                 callback = self._callbacks.get(slot)
+                if callback is None:
+                    callback = self._pinned.get(slot)
                 if callback is not None:
                     callback(error, record)
             finally:
@@ -327,6 +370,43 @@ cdef class NativeProducer:
         if code == ERR_QUEUE_FULL:
             raise BufferError(reason)
         raise KafkaException(KafkaError(code, reason))
+
+    cdef int _produce_c(self, void *rkt, const char *value, Py_ssize_t value_len, const char *key,
+                        Py_ssize_t key_len, uintptr_t slot) noexcept:
+        """produce() from C, for a ChangeSender: 0 when queued, else librdkafka's error code (the
+        caller hands the record to the Python path, which raises or waits as produce() does)."""
+        cdef uint64_t epoch = self._report_epoch or self._epoch
+        cdef int64_t *in_flight = &self.state.in_flight[epoch & RING_MASK]
+        cdef void *error
+        cdef int code
+        if self.rk == NULL:
+            return -1
+        txb_count_add(in_flight, 1)
+        error = txb_produce(self.rk, rkt, -1, value, value_len if value != NULL else 0, key, key_len,
+                            <void *>(((epoch & SLOT_MASK) << 32) | slot), NULL)
+        if error == NULL:
+            return 0
+        txb_count_add(in_flight, -1)
+        code = txb.error_code(error)
+        txb.error_destroy(error)
+        return code if code != 0 else -1
+
+    def change_sender(self, str topic, on_delivery):
+        """A ChangeSender capsule (processor/core/_emit.pxi) producing to topic with the partitioner's
+        partition and on_delivery as every record's callback: the emitter hands each change over in
+        C, from the buffers it was written in (librdkafka copies it)."""
+        cdef ChangeSender sender = ChangeSender.__new__(ChangeSender)
+        sender.producer = self
+        sender.rkt = self._topic(topic)
+        sender.slot = self._next_slot & SLOT_MASK
+        self._next_slot += 1
+        self._pinned[sender.slot] = on_delivery
+        sender.c.send = _send_change
+        sender.c.ctx = <void *>sender
+        capsule = PyCapsule_New(<void *>&sender.c, _CHANGE_SENDER, _release_sender)
+        Py_INCREF(sender)  # the capsule's: released by its destructor
+        PyCapsule_SetContext(capsule, <void *>sender)
+        return capsule
 
     def poll(self, timeout=None):
         """Serve delivery and error reports for up to timeout seconds; returns how many librdkafka served."""

@@ -4,7 +4,9 @@ processor.kafka._rdkafka_fetch.RawFetch takes them from librdkafka's fetch queue
 a confluent-kafka Message per record; the consumer itself stays confluent-kafka's. ConsumerFetch is
 the same interface on consumer.consume (kafka/poll.py), for a build without the extension or when
 configured. Both hand over one poll batch as ({partition: records in offset order}, [KafkaError],
-records taken); a record has partition(), offset(), key() and value().
+records taken); a record has partition(), offset(), key() and value(). RawFetch's runs are
+RecordRuns (a sequence of records, and the buffer the engine's compiled lane reads them from in
+place); ConsumerFetch's are lists.
 
 The choice (config `raw_fetch`, env TXBUFFER_RAW_FETCH): auto = RawFetch when it is built; native =
 that, or an error saying why not; confluent = always ConsumerFetch. TXBUFFER_CODEC=compiled (set by

@@ -86,12 +86,16 @@ class KafkaSink:
 
         self._change_report, self._transaction_report = change_report, transaction_report
 
-    def direct_change_sender(self, on_ack: AckCallback) -> tuple[Any, int, Any]:
-        """The emitter's frame-free path (contracts.Sink): call(value, key, -1, report) is the
-        producer's produce on the changes topic, as send_change's common case. Whatever it refuses (a
-        full queue, an oversized record) the emitter hands to send_change."""
+    def direct_change_sender(self, on_ack: AckCallback) -> Any:
+        """The emitter's frame-free path (contracts.Sink), as send_change's common case: the native
+        producer's C sender for the changes topic (the emitter hands each change over in C), else
+        call(value, key, -1, report), the producer's produce. Whatever either refuses (a full queue,
+        an oversized record) the emitter hands to send_change."""
         if on_ack is not self._reports_for:
             self._reports(on_ack)
+        change_sender = getattr(self.producer, "change_sender", None)
+        if change_sender is not None:
+            return change_sender(self.changes_topic, self._change_report)
         return partial(self._produce, self.changes_topic), -1, self._change_report
 
     def send_change(self, key: bytes, value: bytes | None, on_ack: AckCallback) -> None:

@@ -953,21 +953,23 @@ def test_send_all_with_a_direct_call_hands_over_the_same_outputs_and_sends_only_
     reference.send_all(pairs, alone, "failed", tombstone_after)
     expected = [(key, value) for key, value, _ in alone.calls]
     results = []
-    for stream in (
-        fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}),
-        codec.PyChangeStream(codec.PyChangeWriter(**txn), 0, {}, view=codec._py_view),
+    for stream, c_sender in (
+        (fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}), False),
+        (codec.PyChangeStream(codec.PyChangeWriter(**txn), 0, {}, view=codec._py_view), False),
+        (fast_module.ChangeStream(fast_module.ChangeWriter(**txn), 0, {}), True),  # a ChangeSender capsule
     ):
         log: list = []
         send = _Refuses(send_fails_at)
         send.calls = log  # one log for both paths, in the order handed over
         stream.sent, stream.last_seq = 0, -1
+        direct = fast_module.recording_change_sender(log, refuse) if c_sender else (_Direct(log, refuse), -1, "report")
         try:
-            stream.send_all(pairs, send, "failed", tombstone_after, (_Direct(log, refuse), -1, "report"))
+            stream.send_all(pairs, send, "failed", tombstone_after, direct)
             raised = None
         except BufferError as exc:
             raised = str(exc)
         results.append((list(log), raised, stream.sent, stream.last_seq, stream.produced, dict(stream.tables)))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     log, raised, sent, _last_seq, produced, tables = results[0]
     assert [(key, value) for key, value, _ in log] == expected[: len(log)]
     assert [how for *_, how in log if how != "direct"] == ["failed"] * sum(1 for *_, how in log if how != "direct")

@@ -11,6 +11,11 @@ from processor.core import codec, keys
 from processor.core import events as ev
 from processor.core.engine import Filters, PartitionEngine
 from processor.core.txn import Txn
+
+try:  # the native fetch's run of records (built with the codec by `make setup`)
+    from processor.kafka._rdkafka_fetch import RecordRun  # type: ignore[import-not-found]
+except ImportError:
+    RecordRun = None
 from processor.store.memory import MemoryStore
 from tests.enginekit import Record
 from tests.unit.test_codec_properties import raw_records
@@ -43,13 +48,18 @@ def by_record(records: list[Record], filters: Filters) -> tuple:
     return [repr(a) for a in actions], state_of(engine, store)
 
 
-def by_runs(records: list[Record], filters: Filters, cuts: list[int]) -> tuple:
+def by_runs(records: list[Record], filters: Filters, cuts: list[int], native: bool = False) -> tuple:
+    """apply_records over the records cut into runs: lists of records, or (native) the native
+    fetch's RecordRuns, which the lane reads in place."""
     store = MemoryStore()
     engine = PartitionEngine(0, store, filters)
     actions = []
     start = 0
     for cut in sorted(cuts) + [len(records)]:
-        actions.extend(engine.apply_records(records[start:cut]))
+        run = records[start:cut]
+        if native:
+            run = RecordRun.of(0, [(r.offset(), r.key(), r.value()) for r in run])
+        actions.extend(engine.apply_records(run))
         start = cut
     return [repr(a) for a in actions], state_of(engine, store)
 
@@ -132,7 +142,10 @@ def test_apply_records_equals_apply_record_by_record(events, filters, cuts, extr
         else:
             renumbered.append(Record(offset, r.key(), r.value()))
             offset += 1
-    assert by_runs(renumbered, filters, cuts) == by_record(renumbered, filters)
+    expected = by_record(renumbered, filters)
+    assert by_runs(renumbered, filters, cuts) == expected
+    if RecordRun is not None:
+        assert by_runs(renumbered, filters, cuts, native=True) == expected
 
 
 @pytest.fixture(params=["slots", "attributes"])
@@ -166,10 +179,18 @@ def test_plain_changes_take_the_lane_and_land_as_their_raw_bytes(txn_access):
     assert engine.next_offset == 3 and engine.last_ts_ms == 99 and engine.open["x"].events == 2
 
 
+@pytest.fixture(params=["list", "native"])
+def native(request):
+    """apply_records over a list of records, or over the native fetch's RecordRun (read in place)."""
+    if request.param == "native" and RecordRun is None:
+        pytest.skip("the native fetch is not built")
+    return request.param == "native"
+
+
 @pytest.mark.parametrize(
     "bad", ["garbage", "trailing", "truncated", "bad_utf8", "null_table", "no_key", "empty_xid", "misplaced"]
 )
-def test_the_lane_hands_back_every_record_apply_dead_letters(bad, txn_access):
+def test_the_lane_hands_back_every_record_apply_dead_letters(bad, txn_access, native):
     """Amid plain changes of an open transaction the lane would take, a bad one goes to apply(): one
     dead letter at its offset, and the same state as record by record."""
     change = ev.raw_event("x", ev.INSERT, 2, 2, table="s.t", key={"id": 1}, row_id="r1")
@@ -198,13 +219,13 @@ def test_the_lane_hands_back_every_record_apply_dead_letters(bad, txn_access):
         Record(3, key, value),
         Record(4, b"x", ev.encode_raw({**change, "seq": 4})),
     ]
-    actions, state = by_runs(records, Filters(), [])
+    actions, state = by_runs(records, Filters(), [], native)
     assert (actions, state) == by_record(records, Filters())
     assert len(actions) == 1 and actions[0].startswith("DeadLetter(partition=0, offset=3,"), actions
 
 
 @pytest.mark.parametrize("filters", FILTERS[:3])
-def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters, txn_access):
+def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters, txn_access, native):
     """BEGIN of a new transaction and COMMIT of an open one, also when the identity first arrives
     with the COMMIT (then a user filter can still drop the transaction), a BEGIN that restarts an
     open transaction and a late BEGIN of a finished one."""
@@ -221,7 +242,7 @@ def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters, txn_access)
         ev.raw_event("x", ev.BEGIN, 0, 0),  # late: x is finished
     ]
     records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events_)]
-    assert by_runs(records, filters, []) == by_record(records, filters)
+    assert by_runs(records, filters, [], native) == by_record(records, filters)
 
 
 def _mutations(data: bytes, draw) -> bytes:
