@@ -4,7 +4,8 @@
 The latency curve in `bench.run` measures each level once, after the other benchmarks; a change to
 the settlement is judged faster here, round after round at one rate. Each round prints commit-to-END
 p50/p99 (from the COMMIT's produce, and from its append on the broker), the settling flushes, the
-batches that did not wait for the broker, and the loop's wall/CPU seconds by phase with each phase's longest lap. The first round
+batches that did not wait for the broker, and the loop's wall/CPU seconds by phase with each phase's longest lap. Each round
+first writes the warm-up seconds of bench.run's sizes (left out of p50/p99, printed apart). The first round
 on a fresh broker runs while its JVM still warms up (2-5x slower at 133k events/s): compare later
 rounds.
 """
@@ -19,6 +20,10 @@ from bench import compare
 from bench import measure as m
 from bench.run import SIZES, Bench
 from processor.kafka.embedded import SERVER_JVM_FLAGS, EmbeddedKafka
+
+
+def _ms(v) -> str:
+    return "n/a" if v is None else f"{v:.0f}"
 
 
 def main() -> None:
@@ -58,7 +63,8 @@ def main() -> None:
             )
             print(
                 f"round {i + 1}: offered {args.rate:,.0f} achieved {r['achieved_rate']:,.0f} events/s; "
-                f"p50/p99 {r['p50_ms']:.0f}/{r['p99_ms']:.0f} ms, from the append "
+                f"p50/p99 {r['p50_ms']:.0f}/{r['p99_ms']:.0f} ms (the {r['warm_up_s']} s warm-up before: "
+                f"{_ms(r['warm_up_p50_ms'])}/{_ms(r['warm_up_p99_ms'])}), from the append "
                 f"{r['from_append_p50_ms']:.0f}/{r['from_append_p99_ms']:.0f} ms; "
                 f"flushes {r.get('settling_flushes')}, not waited {r.get('deferred_settlements')}; {phases}",
                 flush=True,

@@ -41,6 +41,7 @@ SIZES = {
         "many_open": 100_000,
         "lat_rate": 20_000,
         "lat_seconds": 10,
+        "lat_warm_up_s": 3,  # compare._stats: a warm-up before each latency level's measured seconds
         "cold": 1_000_000,
         "ordering": 200_000,
         "ord_lat_seconds": 6,
@@ -69,6 +70,7 @@ SIZES = {
         "many_open": 20_000,
         "lat_rate": 20_000,
         "lat_seconds": 5,
+        "lat_warm_up_s": 1,
         "cold": 100_000,
         "ordering": 50_000,
         "ord_lat_seconds": 5,
