@@ -185,6 +185,7 @@ def _stats(paced: dict, seen: dict[str, int], appended: dict[str, int], rate: fl
         "phases": res.summary.get("phases"),
         "settling_flushes": res.summary.get("settling_flushes"),
         "deferred_settlements": res.summary.get("deferred_settlements"),  # batches that did not wait
+        "stalls": res.summary.get("stalls"),  # the loop's laps over 50 ms (figures.PhaseClock)
         "load_1min": round(os.getloadavg()[0], 2),
     }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import compare
@@ -69,6 +70,9 @@ def main() -> None:
                 f"flushes {r.get('settling_flushes')}, not waited {r.get('deferred_settlements')}; {phases}",
                 flush=True,
             )
+            for stall in r.get("stalls") or []:  # the loop's laps over 50 ms, with when they ended
+                at = datetime.fromtimestamp(stall["at"], UTC).strftime("%H:%M:%S.%f")[:-3]
+                print(f"  stall {at} {stall['phase']} {stall['wall_ms']:.0f} ms (CPU {stall['cpu_ms']:.0f} ms)")
 
 
 if __name__ == "__main__":

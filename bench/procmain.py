@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = Runner(cfg).run()
     out = {k: v for k, v in summary.__dict__.items() if isinstance(v, (int, float, str))}
     out["phases"] = summary.phases.seconds()  # the loop's wall and CPU seconds by phase
+    out["stalls"] = summary.phases.stall_list()  # its laps over 50 ms but polls, with when they ended
     out.update(started=started, finished=time.time())
     print(json.dumps(out), flush=True)
     return 0

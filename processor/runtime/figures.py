@@ -4,6 +4,7 @@ Prometheus metrics and `txbuffer status`."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
@@ -17,12 +18,20 @@ class PhaseClock:
     housekeeping), so a slow run says whether it computed or waited: a phase whose wall time is well
     above its CPU time waited (the broker, a flush) or was preempted (a loaded machine). Also each
     phase's longest lap: one stall holds every COMMIT behind it, which is what a latency p99 shows
-    and a total hides. Two clock reads per phase and batch; logged as run.phases when the run ends."""
+    and a total hides. Two clock reads per phase and batch; logged as run.phases when the run ends.
 
-    __slots__ = ("totals",)
+    And the last STALLS_KEPT stalls: laps of any phase but poll (whose wait for records is idle
+    time) longer than STALL_S, with their CPU time and wall-clock end, so a latency tail can be put
+    beside the broker's own log (a GC pause, a segment roll) or told to be the loop's own work."""
+
+    __slots__ = ("stalls", "totals")
+
+    STALL_S = 0.05
+    STALLS_KEPT = 100
 
     def __init__(self) -> None:
         self.totals: dict[str, list[float]] = {}
+        self.stalls: deque[tuple[str, float, float, float]] = deque(maxlen=self.STALLS_KEPT)
 
     @staticmethod
     def now() -> tuple[float, float]:
@@ -34,12 +43,21 @@ class PhaseClock:
         total = self.totals.get(phase)
         if total is None:
             total = self.totals[phase] = [0.0, 0.0, 0.0]
-        wall = now[0] - since[0]
+        wall, cpu = now[0] - since[0], now[1] - since[1]
         total[0] += wall
-        total[1] += now[1] - since[1]
+        total[1] += cpu
         if wall > total[2]:
             total[2] = wall
+        if wall > self.STALL_S and phase != "poll":
+            self.stalls.append((phase, wall, cpu, time.time()))
         return now
+
+    def stall_list(self) -> list[dict[str, float | str]]:
+        """The stalls kept, oldest first: phase, wall and CPU ms, and when the lap ended (epoch s)."""
+        return [
+            {"phase": p, "wall_ms": round(w * 1000, 1), "cpu_ms": round(c * 1000, 1), "at": round(at, 3)}
+            for p, w, c, at in self.stalls
+        ]
 
     def seconds(self) -> dict[str, dict[str, float]]:
         return {

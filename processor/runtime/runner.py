@@ -453,6 +453,7 @@ class Runner:
             **s.phases.seconds(),
             settling_flushes=s.settling_flushes,
             deferred_settlements=s.deferred_settlements,
+            stalls=s.phases.stall_list(),
         )
 
 

@@ -41,3 +41,14 @@ def test_a_phase_keeps_its_longest_lap_apart_from_its_total():
         clock.lap("checkpoint", lap)
     checkpoint = clock.seconds()["checkpoint"]
     assert 40 <= checkpoint["longest_ms"] < checkpoint["wall_s"] * 1000
+
+
+def test_a_lap_over_the_stall_threshold_is_kept_with_its_phase_cpu_and_end_but_a_poll_is_not():
+    clock = PhaseClock()
+    for phase, pause in (("settle", 0.06), ("apply", 0.001), ("poll", 0.06)):
+        lap = clock.now()
+        time.sleep(pause)
+        clock.lap(phase, lap)
+    (stall,) = clock.stall_list()
+    assert stall["phase"] == "settle" and stall["wall_ms"] >= 60 and stall["cpu_ms"] < 20
+    assert abs(stall["at"] - time.time()) < 5
