@@ -82,6 +82,12 @@ SERVER_JVM_FLAGS = (
     "-XX:MaxGCPauseMillis=20",
     "-XX:InitiatingHeapOccupancyPercent=35",
     "-XX:+ExplicitGCInvokesConcurrent",
+    # The embedded broker shares its machine with the processor and the writer: its GC gets half the
+    # cores, not all of them (the JVM's default). On 2 vCPUs two GC threads made 10% of the young
+    # pauses last 100-207 ms (median 10 ms), a thread preempted while the other waits for it; one
+    # thread: median 14 ms, longest 33 ms. The processor's slowest settling flushes were exactly those
+    # pauses (bench.latency_probe at 36k events/s with -Xlog:gc, docs/benchmarks.md, session 45).
+    f"-XX:ParallelGCThreads={max(1, (os.cpu_count() or 2) // 2)}",
     "-Djava.awt.headless=true",
 )
 
