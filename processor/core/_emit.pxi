@@ -203,21 +203,27 @@ cdef class ChangeStream:
             else:
                 key, value, seq, op = (<tuple>out)[0], (<tuple>out)[1], (<tuple>out)[2], (<tuple>out)[4]
             if cs != NULL:
-                _hand_over_c(cs, send, failed, key, value)
+                _hand_over_c(cs, send, failed, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(value),
+                             PyBytes_GET_SIZE(value))
             else:
                 _hand_over(call, a, b, send, failed, key, value)
         except BaseException:
-            if self.produced > numbered:
-                self.produced -= 1
-                self.tables[self._counted] -= 1
+            self._take_back(numbered)
             raise
         self.sent += 1
         self.last_seq = seq
         if tombstone_after is not None and op == tombstone_after:
             if cs != NULL:
-                _hand_over_c(cs, send, failed, key, None)
+                _hand_over_c(cs, send, failed, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), NULL, 0)
             else:
                 _hand_over(call, a, b, send, failed, key, None)
+        return 0
+
+    cdef int _take_back(self, Py_ssize_t numbered) except -1:
+        """A change numbered but not handed over leaves the numbering: the emit cursor never covers it."""
+        if self.produced > numbered:
+            self.produced -= 1
+            self.tables[self._counted] -= 1
         return 0
 
     cdef bint _send_in_place(self, bytes raw, const ChangeSender* cs, object send, object failed,
@@ -236,18 +242,14 @@ cdef class ChangeStream:
                 done = self._write_in_place(raw, &f, &kw, &vw)
                 if done != IN_PLACE_WRITTEN:
                     return done == IN_PLACE_FRAGMENT  # a fragment is never emitted alone
-                if cs.send(cs.ctx, <const char*>vw.buf, vw.len, <const char*>kw.buf, kw.len) != 0:
-                    send(w_result(&kw), w_result(&vw), failed)  # refused: the sink's own path
+                _hand_over_c(cs, send, failed, <const char*>kw.buf, kw.len, <const char*>vw.buf, vw.len)
             except BaseException:
-                if self.produced > numbered:
-                    self.produced -= 1
-                    self.tables[self._counted] -= 1
+                self._take_back(numbered)
                 raise
             self.sent += 1
             self.last_seq = f.seq
             if tombstone_after is not None and (<Node>RAW_ROOT.children[I_OP]).symbols[f.op] == tombstone_after:
-                if cs.send(cs.ctx, NULL, 0, <const char*>kw.buf, kw.len) != 0:
-                    send(w_result(&kw), None, failed)
+                _hand_over_c(cs, send, failed, <const char*>kw.buf, kw.len, NULL, 0)
             return True
         finally:
             w_free(&kw)
@@ -426,11 +428,12 @@ cdef inline int _hand_over(object call, object a, object b, object send, object 
     return 0
 
 
-cdef inline int _hand_over_c(const ChangeSender* cs, object send, object failed, bytes key, object value) except -1:
-    """One output to the sink's ChangeSender, or by send when it refuses it."""
-    if cs.send(cs.ctx, NULL if value is None else PyBytes_AS_STRING(value), 0 if value is None else len(value),
-               PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) != 0:
-        send(key, value, failed)
+cdef inline int _hand_over_c(const ChangeSender* cs, object send, object failed, const char* key, Py_ssize_t key_n,
+                             const char* value, Py_ssize_t value_n) except -1:
+    """One output to the sink's ChangeSender (value NULL: a tombstone), or by send when it refuses it."""
+    if cs.send(cs.ctx, value, value_n, key, key_n) != 0:
+        send(PyBytes_FromStringAndSize(key, key_n),
+             None if value == NULL else PyBytes_FromStringAndSize(value, value_n), failed)
     return 0
 
 

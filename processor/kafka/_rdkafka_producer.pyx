@@ -327,8 +327,6 @@ cdef class NativeProducer:
         is full, KafkaException(KafkaError) when librdkafka refuses the record."""
         cdef void *rkt = self._topic(topic)
         cdef uintptr_t slot = 0
-        cdef uint64_t epoch = self._report_epoch or self._epoch
-        cdef int64_t *in_flight = &self.state.in_flight[epoch & RING_MASK]
         cdef void *hdrs = NULL
         cdef void *error
         cdef int code
@@ -347,21 +345,18 @@ cdef class NativeProducer:
             slot = self._last_slot & SLOT_MASK
         if headers:
             hdrs = _headers(headers)
-        txb_count_add(in_flight, 1)
-        error = txb_produce(
-            self.rk,
+        error = self._enqueue(
             rkt,
             partition,
             NULL if value is None else PyBytes_AS_STRING(value),
             0 if value is None else PyBytes_GET_SIZE(value),
             NULL if key is None else PyBytes_AS_STRING(key),
             0 if key is None else PyBytes_GET_SIZE(key),
-            <void *>(((epoch & SLOT_MASK) << 32) | slot),
+            slot,
             hdrs,
         )
         if error == NULL:
             return
-        txb_count_add(in_flight, -1)
         code = txb.error_code(error)
         reason = txb.error_string(error).decode("utf-8", "replace")
         txb.error_destroy(error)
@@ -371,22 +366,31 @@ cdef class NativeProducer:
             raise BufferError(reason)
         raise KafkaException(KafkaError(code, reason))
 
+    cdef void *_enqueue(self, void *rkt, int32_t partition, const char *value, Py_ssize_t value_len,
+                        const char *key, Py_ssize_t key_len, uintptr_t slot, void *hdrs) noexcept:
+        """One record into librdkafka's queue, counted in the open epoch (or the failure report's):
+        NULL, or librdkafka's error (the caller destroys it; the record is not counted)."""
+        cdef uint64_t epoch = self._report_epoch or self._epoch
+        cdef int64_t *in_flight = &self.state.in_flight[epoch & RING_MASK]
+        cdef void *error
+        txb_count_add(in_flight, 1)
+        error = txb_produce(self.rk, rkt, partition, value, value_len, key, key_len,
+                            <void *>(((epoch & SLOT_MASK) << 32) | slot), hdrs)
+        if error != NULL:
+            txb_count_add(in_flight, -1)
+        return error
+
     cdef int _produce_c(self, void *rkt, const char *value, Py_ssize_t value_len, const char *key,
                         Py_ssize_t key_len, uintptr_t slot) noexcept:
         """produce() from C, for a ChangeSender: 0 when queued, else librdkafka's error code (the
         caller hands the record to the Python path, which raises or waits as produce() does)."""
-        cdef uint64_t epoch = self._report_epoch or self._epoch
-        cdef int64_t *in_flight = &self.state.in_flight[epoch & RING_MASK]
         cdef void *error
         cdef int code
         if self.rk == NULL:
             return -1
-        txb_count_add(in_flight, 1)
-        error = txb_produce(self.rk, rkt, -1, value, value_len if value != NULL else 0, key, key_len,
-                            <void *>(((epoch & SLOT_MASK) << 32) | slot), NULL)
+        error = self._enqueue(rkt, -1, value, value_len if value != NULL else 0, key, key_len, slot, NULL)
         if error == NULL:
             return 0
-        txb_count_add(in_flight, -1)
         code = txb.error_code(error)
         txb.error_destroy(error)
         return code if code != 0 else -1
