@@ -152,6 +152,24 @@ def test_without_a_dlq_an_oversized_source_event_raises_a_typed_error(kafka):
         writer.write(ev.raw_event("t1", ev.INSERT, 1, 2, table="s.t", after={"DOC": "z" * 2_000_000}))
 
 
+def test_a_raw_event_the_broker_refuses_after_it_was_queued_fails_the_flush(kafka):
+    """The writer's producer reports failures only (kafka/rawtopic.py): a refusal by the broker, past
+    the producer's own size check, still reaches flush() as an error, and the next events are written."""
+    topics = _topics()
+    ensure_topics(kafka.bootstrap, {topics["raw"]: 1}, config={"max.message.bytes": str(SMALL_LIMIT)})
+    # The producer is told a larger limit than the topic's, so only the broker can refuse the record
+    # (uncompressed: lz4 would shrink the repeated letter below the topic's limit).
+    conf = {"message.max.bytes": 1_000_000, "compression.type": "none"}
+    writer = RawTopicWriter(kafka.bootstrap, topics["raw"], partitions=1, **conf)
+    writer.write(ev.raw_event("t1", ev.INSERT, 1, 2, table="s.t", after={"DOC": "z" * (2 * SMALL_LIMIT)}))
+    with pytest.raises(RuntimeError, match="1 raw events failed"):
+        writer.flush(30)
+    writer.failed.clear()
+    writer.write(ev.raw_event("t2", ev.COMMIT, 1, 3))
+    writer.flush(30)
+    assert [ev.decode_raw(r.value())["xid"] for r in read_to_end(kafka.bootstrap, topics["raw"])] == ["t2"]
+
+
 # -- a changes topic with a small max.message.bytes, both policies -------------------------------
 
 
