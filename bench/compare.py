@@ -114,9 +114,16 @@ def _paced(bench, name: str, rate: float, seconds: float, proc_factory) -> dict:
     proc = proc_factory(raw)
     proc.wait_marker("partition.assigned", 120)
     time.sleep(1.0)
+    began, cpu_before, machine_before = time.time(), time.process_time(), _machine_busy()
     commit_ms, offered_s = wl.feed_paced(writer, evs, rate)
+    machine_after = _machine_busy()
     return {
         "proc": proc,
+        # The span the writer wrote (feed_paced's closing flush included) and this process's CPU over
+        # it: the writer's, with the samplers' threads (_machine_cores).
+        "span": (began, time.time()),
+        "writer_cpu_s": time.process_time() - cpu_before,
+        "machine_busy": (machine_before, machine_after),
         "commit_ms": commit_ms,
         "achieved_rate": len(evs) / offered_s,
         "events": len(evs),
@@ -132,6 +139,39 @@ def _commit_append_ms(bench, raw: str) -> dict[str, int]:
         e = ev.decode_raw(value)
         if e["op"] == ev.COMMIT:
             out[e["xid"]] = ts
+    return out
+
+
+def _machine_busy() -> tuple[int, int]:
+    """(busy, all) jiffies of every CPU so far, from /proc/stat's first line (idle and iowait idle)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def _machine_cores(paced: dict) -> dict:
+    """Cores each party used while the writer wrote: the program (and its main thread), the broker,
+    and the writer (this process, with the samplers' threads). The three share the machine's cores,
+    so a level whose total nears os.cpu_count() queues wherever the scheduler makes one wait.
+    machine_busy (/proc/stat) is the measure of that: near saturation the parties' own counts (psutil,
+    sampled every 50 ms by a thread that is then starved) summed 0.3-0.5 cores above it, which
+    session 46 did not explain, so they say which party, not how much in all."""
+    began, ended = paced["span"]
+    sampler = paced["proc"].rss
+    program, main, broker = (sampler.cores_between(began, ended, column) for column in (1, 2, 3))
+    out = {
+        "program": program,
+        "program_main": main,
+        "broker": broker if sampler.broker is not None else None,
+        "writer": paced["writer_cpu_s"] / max(ended - began, 1e-9),
+    }
+    out = {k: None if v is None else round(v, 2) for k, v in out.items()}
+    out["total"] = round(sum(v for v in out.values() if v is not None), 2)
+    (busy0, all0), (busy1, all1) = paced["machine_busy"]
+    cpus = os.cpu_count() or 1
+    # The machine's own count (/proc/stat) beside the parties' sum, which samples further apart.
+    out["machine_busy"] = round((busy1 - busy0) / max(all1 - all0, 1) * cpus, 2)
+    out["cpu_count"] = cpus
     return out
 
 
@@ -187,6 +227,7 @@ def _stats(paced: dict, seen: dict[str, int], appended: dict[str, int], rate: fl
         "deferred_settlements": res.summary.get("deferred_settlements"),  # batches that did not wait
         "stalls": res.summary.get("stalls"),  # the loop's laps over 50 ms (figures.PhaseClock)
         "load_1min": round(os.getloadavg()[0], 2),
+        "cores": _machine_cores(paced),
     }
 
 

@@ -70,6 +70,13 @@ def main() -> None:
                 f"flushes {r.get('settling_flushes')}, not waited {r.get('deferred_settlements')}; {phases}",
                 flush=True,
             )
+            cores = r["cores"]
+            print(
+                f"  cores while writing: program {cores['program']} (main thread {cores['program_main']}), broker "
+                f"{cores['broker']}, writer {cores['writer']}; total {cores['total']}; the machine busy "
+                f"{cores['machine_busy']} of {cores['cpu_count']}",
+                flush=True,
+            )
             for stall in r.get("stalls") or []:  # the loop's laps over 50 ms, with when they ended
                 at = datetime.fromtimestamp(stall["at"], UTC).strftime("%H:%M:%S.%f")[:-3]
                 print(f"  stall {at} {stall['phase']} {stall['wall_ms']:.0f} ms (CPU {stall['cpu_ms']:.0f} ms)")

@@ -89,6 +89,15 @@ class RssSampler(threading.Thread):
         after = [c[column] for c in self.cpu if c[0] >= end] or [self.cpu[-1][column]]
         return after[0] - before[-1]
 
+    def cores_between(self, start: float, end: float, column: int = 1) -> float | None:
+        """Cores (CPU seconds per second) over the samples nearest outside [start, end]: divided by
+        the span those samples cover, which a sampler starved on a loaded machine widens."""
+        before = [c for c in self.cpu if c[0] <= start] or self.cpu[:1]
+        after = [c for c in self.cpu if c[0] >= end] or self.cpu[-1:]
+        if not before or not after or after[0][0] <= before[-1][0]:
+            return None
+        return (after[0][column] - before[-1][column]) / (after[0][0] - before[-1][0])
+
     def run(self) -> None:
         while not self._halt.is_set():
             self.cpu_now()
