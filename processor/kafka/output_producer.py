@@ -9,6 +9,7 @@ transactional calls too. It takes no Python callback but error_cb, so a config w
 The choice (config `output_producer`, env TXBUFFER_OUTPUT_PRODUCER): auto = native when it is built
 and can serve; native = that, or an error saying why not; confluent = always confluent-kafka's.
 TXBUFFER_CODEC=compiled (set by `make test`) makes auto require the build, as it does for the codec.
+The sources' RawTopicWriter (kafka/rawtopic.py) takes its producer from here too.
 """
 
 from __future__ import annotations
