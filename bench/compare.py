@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from processor.core import events as ev
 from processor.kafka.admin import ensure_topics
 from processor.kafka.rawtopic import RawTopicWriter
@@ -142,11 +144,11 @@ def _commit_append_ms(bench, raw: str) -> dict[str, int]:
     return out
 
 
-def _machine_busy() -> tuple[int, int]:
-    """(busy, all) jiffies of every CPU so far, from /proc/stat's first line (idle and iowait idle)."""
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+def _machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of every CPU so far (psutil's /proc/stat: idle and iowait are idle)."""
+    t = psutil.cpu_times()
+    total = sum(t)
+    return total - t.idle - getattr(t, "iowait", 0.0), total
 
 
 def _machine_cores(paced: dict) -> dict:
@@ -170,7 +172,7 @@ def _machine_cores(paced: dict) -> dict:
     (busy0, all0), (busy1, all1) = paced["machine_busy"]
     cpus = os.cpu_count() or 1
     # The machine's own count (/proc/stat) beside the parties' sum, which samples further apart.
-    out["machine_busy"] = round((busy1 - busy0) / max(all1 - all0, 1) * cpus, 2)
+    out["machine_busy"] = round((busy1 - busy0) / max(all1 - all0, 1e-9) * cpus, 2)
     out["cpu_count"] = cpus
     return out
 

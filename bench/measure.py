@@ -79,24 +79,30 @@ class RssSampler(threading.Thread):
             return
         self.cpu.append((time.time(), t.user + t.system, main, b.user + b.system if b else 0.0))
 
+    def _bracket(self, start: float, end: float) -> tuple[tuple, tuple] | None:
+        """The samples nearest outside [start, end] (the first and last when none is), or None
+        before two samples."""
+        if len(self.cpu) < 2:
+            return None
+        before = [c for c in self.cpu if c[0] <= start] or self.cpu[:1]
+        after = [c for c in self.cpu if c[0] >= end] or self.cpu[-1:]
+        return before[-1], after[0]
+
     def cpu_between(self, start: float | None, end: float | None, column: int = 1) -> float | None:
         """CPU seconds the process (column 2: its main thread) used between two instants (epoch s),
         from the nearest samples: a load-independent cost, where wall-clock rates on a shared
         machine are not."""
-        if start is None or end is None or len(self.cpu) < 2:
-            return None
-        before = [c[column] for c in self.cpu if c[0] <= start] or [self.cpu[0][column]]
-        after = [c[column] for c in self.cpu if c[0] >= end] or [self.cpu[-1][column]]
-        return after[0] - before[-1]
+        bracket = None if start is None or end is None else self._bracket(start, end)
+        return None if bracket is None else bracket[1][column] - bracket[0][column]
 
     def cores_between(self, start: float, end: float, column: int = 1) -> float | None:
         """Cores (CPU seconds per second) over the samples nearest outside [start, end]: divided by
         the span those samples cover, which a sampler starved on a loaded machine widens."""
-        before = [c for c in self.cpu if c[0] <= start] or self.cpu[:1]
-        after = [c for c in self.cpu if c[0] >= end] or self.cpu[-1:]
-        if not before or not after or after[0][0] <= before[-1][0]:
+        bracket = self._bracket(start, end)
+        if bracket is None or bracket[1][0] <= bracket[0][0]:
             return None
-        return (after[0][column] - before[-1][column]) / (after[0][0] - before[-1][0])
+        first, last = bracket
+        return (last[column] - first[column]) / (last[0] - first[0])
 
     def run(self) -> None:
         while not self._halt.is_set():

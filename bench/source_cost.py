@@ -15,8 +15,9 @@ beside it.
 from __future__ import annotations
 
 import argparse
-import os
 import time
+
+import psutil
 
 from bench import workloads as wl
 from processor.kafka.embedded import SERVER_JVM_FLAGS, EmbeddedKafka
@@ -31,10 +32,9 @@ ARMS = (("every-report", "confluent", _ignore), ("confluent", "confluent", None)
 
 
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/PID/stat utime, stime)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process so far."""
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def main() -> None:
