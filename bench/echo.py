@@ -10,7 +10,7 @@ Each output record is produced when its input is consumed, so its timestamp is t
 --commit-after-ack holds each batch's COMMIT records back until the broker has acknowledged the
 batch's other records, as the processor's END waits for its changes (DESIGN.md: END only after every
 change is acknowledged): the floor of that contract on this machine, without the buffer's own work.
-`flush` waits for them (the processor's way below saturation: two flushes a batch); `epochs` goes on
+`flush` waits for them (the processor's way below saturation, before session 47: two flushes a batch); `epochs` goes on
 polling and produces them once the native producer's epoch of the batch settled (its way under a
 backlog), waking every --ack-wait seconds while COMMITs are held. Both use the processor's native
 producer (kafka/_rdkafka_producer.pyx) with delivery.report.only.error.

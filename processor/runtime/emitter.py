@@ -147,6 +147,11 @@ class Emitter:
         """Outputs were sent since the last settlement."""
         return bool(self._unsettled or self._sealed)
 
+    @property
+    def unsealed(self) -> bool:
+        """Outputs were sent since the last seal or settlement."""
+        return bool(self._unsettled)
+
     def seal(self, epoch: int) -> None:
         """The outputs sent since the last seal all belong to `epoch` or an earlier one."""
         if self._unsettled:

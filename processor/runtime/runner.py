@@ -266,21 +266,29 @@ class Runner:
         for engine, actions in performed:
             dispatcher.perform(engine, actions)
         self.summary.events += taken
+        self._full_batches = self._full_batches + 1 if taken >= self.cfg.max_batch else 0
+        backlog = self._full_batches >= BACKLOG_BATCHES
+        sending = self.delivery.start_sending(backlog)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         lap = clock.lap("release", lap)
-        self._full_batches = self._full_batches + 1 if taken >= self.cfg.max_batch else 0
+        checkpointed = False
+        if sending and not dispatcher.dead_letters:
+            # The broker works on the batch's outputs meanwhile; a dead letter must be durable first.
+            lap = self._checkpoint(lap)
+            checkpointed = True
         with self._commit_section:
-            backlog = self._full_batches >= BACKLOG_BATCHES
             self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         lap = clock.lap("settle", lap)
-        now = time.monotonic()
-        if not backlog or now - self._last_checkpoint >= BACKLOG_CHECKPOINT_S:
-            p.checkpoint_all()  # transactions still in flight stay staged (PartitionEngine._spill_due)
-            self._last_checkpoint = now
-        clock.lap("checkpoint", lap)
+        if not checkpointed and (not backlog or time.monotonic() - self._last_checkpoint >= BACKLOG_CHECKPOINT_S):
+            self._checkpoint(lap)
+
+    def _checkpoint(self, lap: tuple[float, float]) -> tuple[float, float]:
+        self.partitions.checkpoint_all()  # transactions still in flight stay staged (PartitionEngine._spill_due)
+        self._last_checkpoint = time.monotonic()
+        return self.summary.phases.lap("checkpoint", lap)
 
     def _open_batch(self, produce: bool = True) -> bool:
         """exactly_once: wait for the previous batch's commit and, to produce, open this batch's

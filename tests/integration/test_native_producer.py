@@ -148,6 +148,48 @@ def test_epochs_settle_in_order_as_the_broker_acknowledges_them(broker):
     assert got == {b"big": b"instead", b"e": b"early", b"l": b"late"}
 
 
+def test_send_now_sends_what_linger_holds_and_returns_without_waiting_for_the_broker(broker):
+    """send_now() is the settling flush without its wait (delivery.AtLeastOnce below a backlog sends
+    each batch's ENDs with it): what is queued goes at once, not after linger.ms; the acknowledgements
+    come in with a later poll, and a failure still reaches its callback there."""
+    topic = _name("send-now")
+    ensure_topics(broker.bootstrap, {topic: 2})
+    held = _native(broker.bootstrap, **{"linger.ms": 3000})
+    for i in range(3):
+        held.produce(topic, b"held-%d" % i, b"h%d" % i)
+    epoch = held.next_epoch()
+    held.poll(0.5)
+    assert held.settled_epoch() < epoch and len(held) == 3  # linger holds them in the client
+    sent = _native(broker.bootstrap, **{"linger.ms": 3000, "compression.type": "none"})  # the big record stays big
+    for i in range(3):
+        sent.produce(topic, b"sent-%d" % i, b"s%d" % i)
+    epoch = sent.next_epoch()
+    began = time.monotonic()
+    sent.send_now()
+    assert time.monotonic() - began < 0.05  # no wait for the broker
+    deadline = time.monotonic() + 30
+    while sent.settled_epoch() < epoch and time.monotonic() < deadline:
+        sent.poll(0.01)
+    assert sent.settled_epoch() == epoch and len(sent) == 0
+    assert time.monotonic() - began < 2.0  # well before the 3 s linger
+    assert held.settled_epoch() < epoch and len(held) == 3  # still lingering meanwhile
+
+    # Again after the first send_now (its thread is running now), and a refused record's report.
+    small = _name("send-now-small")
+    ensure_topics(broker.bootstrap, {small: 1}, config={"max.message.bytes": "10000"})
+    reports: list = []
+    sent.produce(small, b"x" * 50_000, b"big", -1, lambda err, msg: reports.append(err.code()))
+    sent.produce(topic, b"after", b"a")
+    epoch = sent.next_epoch()
+    sent.send_now()
+    while sent.settled_epoch() < epoch and time.monotonic() < deadline:
+        sent.poll(0.01)
+    assert reports == [KafkaError.MSG_SIZE_TOO_LARGE] and sent.settled_epoch() == epoch and len(sent) == 0
+    assert held.flush(30) == 0
+    got = sorted(m.value() for m in _records(broker.bootstrap, topic))
+    assert got == sorted([b"held-%d" % i for i in range(3)] + [b"sent-%d" % i for i in range(3)] + [b"after"])
+
+
 def test_a_full_queue_raises_buffer_error_and_produce_waits_for_room(broker):
     topic = _name("full")
     ensure_topics(broker.bootstrap, {topic: 1})

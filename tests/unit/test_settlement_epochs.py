@@ -70,8 +70,9 @@ class EpochSink(QueueSink):
                 on_ack(err)
 
 
-def backlogged() -> tuple:
-    producer = EpochProducer()
+def backlogged(producer: EpochProducer | None = None) -> tuple:
+    """An at_least_once delivery over an EpochProducer (confluent-kafka's way to send: the flush)."""
+    producer = EpochProducer() if producer is None else producer
     sink, engine = EpochSink(producer), PartitionEngine(0, MemoryStore())
     emitter = Emitter(sink)
     return producer, sink, engine, emitter, AtLeastOnce(producer, emitter, settle_interval_s=3600)
@@ -98,6 +99,72 @@ def test_under_a_backlog_each_batch_settles_the_batches_the_broker_acknowledged_
     delivery.end_batch(list, None, backlog=True)  # batch 4: both ENDs settle, both finish in order
     assert not engine.pending and not emitter.unsettled
     assert producer.flushes == 0 and delivery.deferred_settlements == 4
+
+
+class SendingEpochProducer(EpochProducer):
+    """NativeProducer's send_now() as well: the ENDs go out without a second wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent_now = 0
+
+    def send_now(self) -> None:
+        self.sent_now += 1
+
+
+def caught_up() -> tuple:
+    return backlogged(SendingEpochProducer())
+
+
+def test_below_a_backlog_a_batch_waits_for_its_changes_only_and_its_ends_settle_at_a_later_batch():
+    producer, sink, engine, emitter, delivery = caught_up()
+    a = commit(engine, "a", 2)
+    emitter.release(engine, a)
+    delivery.end_batch(list, None)
+    # One wait: the changes are acknowledged, so the END goes out, sent now; the batch does not wait for it.
+    assert producer.flushes == 1 and producer.sent_now == 1 and sink.sent[-1] == "END"
+    assert cursor(a) == (2, 2, {"s.t": 2}) and "a" in engine.pending and emitter.unsettled
+    delivery.end_batch(list, None)  # an idle batch: the END is not acknowledged yet, nothing waits
+    assert producer.flushes == 1 and producer.sent_now == 1 and "a" in engine.pending
+    sink.deliver()  # the broker acknowledged the END
+    delivery.end_batch(list, None)  # its epoch settled: the transaction finishes, without a flush
+    assert producer.flushes == 1 and not engine.pending and not emitter.unsettled
+    assert delivery.settling_flushes == 1
+
+
+def test_only_below_a_backlog_the_release_is_sent_as_it_is_produced():
+    producer, _sink, _engine, _emitter, delivery = caught_up()
+    assert delivery.start_sending(backlog=True) is False and producer.sent_now == 0
+    assert delivery.start_sending(backlog=False) is True and producer.sent_now == 1
+    # Without send_now (confluent-kafka's Producer) nothing changes: the flush sends.
+    _producer, _sink, _engine, _emitter, plain = backlogged()
+    assert plain.start_sending(backlog=False) is False
+
+
+def test_below_a_backlog_an_end_the_broker_refused_stops_a_later_batch_and_its_transaction_stays():
+    _producer, sink, engine, emitter, delivery = caught_up()
+    emitter.release(engine, commit(engine, "a", 1))
+    delivery.end_batch(list, None)
+    assert sink.sent[-1] == "END" and len(sink.queued) == 1
+    sink.deliver(err="Broker: Not enough in-sync replicas")
+    with pytest.raises(DeliveryFailed, match="in-sync replicas"):
+        delivery.end_batch(list, None)
+    assert "a" in engine.pending  # not finished: a restart re-emits it, END included
+
+
+def test_below_a_backlog_the_next_batch_with_changes_waits_for_them_and_the_ends_in_flight():
+    producer, sink, engine, emitter, delivery = caught_up()
+    emitter.release(engine, commit(engine, "a", 1))
+    delivery.end_batch(list, None)  # a's END in flight
+    b = commit(engine, "b", 2, offset=10)
+    emitter.release(engine, b)
+    delivery.end_batch(list, None)  # the flush covers a's END and b's changes: a finishes, b's END goes
+    assert producer.flushes == 2 and producer.sent_now == 2
+    assert list(engine.pending) == ["b"] and cursor(b) == (2, 2, {"s.t": 2})
+    assert sink.sent.count("END") == 2
+    sink.deliver()
+    delivery.end_batch(list, None)
+    assert not engine.pending and not emitter.unsettled and producer.flushes == 2
 
 
 def test_under_a_backlog_a_batch_waits_for_the_broker_once_too_much_is_in_flight(monkeypatch):
