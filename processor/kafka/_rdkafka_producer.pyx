@@ -140,22 +140,30 @@ cdef extern from *:
         s->started = 0;
     }
 
-    /* librdkafka's poll (or flush) under serve_mu. A poll that does not wait skips (returns 0) while
-       the thread's flush serves the queue. Once the thread runs, a poll waits 1 ms at most: it returns
-       at the first report it serves, and the one its caller waits for may have been served by the
-       thread just before (its caller checks again and polls again). A flush checks for an empty queue
-       before it waits. */
-    static int txb_serve_poll(txb_sender_t *s, int (*poll)(void *, int), void *rk, int ms, int is_flush) {
+    /* librdkafka's poll under serve_mu. One that does not wait skips (returns 0) while the thread's
+       flush serves the queue. Once the thread runs, a poll waits 1 ms at most: it returns at the first
+       report it serves, and the one its caller waits for may have been served by the thread just
+       before (its caller checks again and polls again). */
+    static int txb_serve_poll(txb_sender_t *s, int (*poll)(void *, int), void *rk, int ms) {
         int served;
         if (ms == 0) {
             if (pthread_mutex_trylock(&s->serve_mu) != 0) return 0;
         } else {
             pthread_mutex_lock(&s->serve_mu);
-            if (!is_flush && s->started && (ms < 0 || ms > 1)) ms = 1;
+            if (s->started && (ms < 0 || ms > 1)) ms = 1;
         }
         served = poll(rk, ms);
         pthread_mutex_unlock(&s->serve_mu);
         return served;
+    }
+
+    /* librdkafka's flush under serve_mu: it checks for an empty queue before each wait. */
+    static int txb_serve_flush(txb_sender_t *s, int (*flush)(void *, int), void *rk, int ms) {
+        int err;
+        pthread_mutex_lock(&s->serve_mu);
+        err = flush(rk, ms);
+        pthread_mutex_unlock(&s->serve_mu);
+        return err;
     }
     """
     ctypedef struct txb_sender_t:
@@ -163,7 +171,8 @@ cdef extern from *:
     void txb_sender_init(txb_sender_t *s) nogil
     int txb_sender_kick(txb_sender_t *s, void *rk, int (*flush)(void *, int) noexcept nogil, int ms) nogil
     void txb_sender_stop(txb_sender_t *s) nogil
-    int txb_serve_poll(txb_sender_t *s, int (*poll)(void *, int) noexcept nogil, void *rk, int ms, int is_flush) nogil
+    int txb_serve_poll(txb_sender_t *s, int (*poll)(void *, int) noexcept nogil, void *rk, int ms) nogil
+    int txb_serve_flush(txb_sender_t *s, int (*flush)(void *, int) noexcept nogil, void *rk, int ms) nogil
 
 
 cdef enum:
@@ -528,7 +537,7 @@ cdef class NativeProducer:
         if self._reports:
             self._run_reports()  # left by a callback that raised
         with nogil:
-            served = txb_serve_poll(&self._sender, txb.poll, self.rk, ms, 0)
+            served = txb_serve_poll(&self._sender, txb.poll, self.rk, ms)
         self._run_reports()
         return served
 
@@ -542,7 +551,7 @@ cdef class NativeProducer:
         while True:
             ms = -1 if deadline is None else max(0, <int>((deadline - time.monotonic()) * 1000))
             with nogil:
-                txb_serve_poll(&self._sender, txb.flush, self.rk, ms, 1)
+                txb_serve_flush(&self._sender, txb.flush, self.rk, ms)
             self._run_reports()
             left = len(self)
             if left == 0 or (deadline is not None and time.monotonic() >= deadline):

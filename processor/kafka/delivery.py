@@ -218,8 +218,7 @@ class AtLeastOnce:
                 return
         if self.sends_now and not backlog:
             self._settle_changes_send_ends()
-            return
-        if emitter.unsettled:
+        elif emitter.unsettled:
             # Serves the failure reports too: advance raises for any before a settlement counts.
             self.settling_flushes += 1
             settled = self.producer.flush(self.flush_timeout_s) == 0
@@ -252,8 +251,6 @@ class AtLeastOnce:
         if emitter.unsealed:
             emitter.seal(producer.next_epoch())
             producer.send_now()
-        self._last_settled = time.monotonic()
-        self._deferred_last = False
 
     def _may_defer(self) -> bool:
         """One batch in a row may always defer (the interval on): a batch that alone takes longer
