@@ -42,12 +42,13 @@ class PhaseClock:
         now = time.perf_counter(), time.thread_time()
         total = self.totals.get(phase)
         if total is None:
-            total = self.totals[phase] = [0.0, 0.0, 0.0]
+            total = self.totals[phase] = [0.0, 0.0, 0.0, 0]
         wall, cpu = now[0] - since[0], now[1] - since[1]
         total[0] += wall
         total[1] += cpu
         if wall > total[2]:
             total[2] = wall
+        total[3] += 1
         if wall > self.STALL_S and phase != "poll":
             self.stalls.append((phase, wall, cpu, time.time()))
         return now
@@ -60,9 +61,10 @@ class PhaseClock:
         ]
 
     def seconds(self) -> dict[str, dict[str, float]]:
+        """Each phase's wall and CPU seconds, longest lap, and laps (how often the loop ran it)."""
         return {
-            p: {"wall_s": round(w, 3), "cpu_s": round(c, 3), "longest_ms": round(longest * 1000, 1)}
-            for p, (w, c, longest) in self.totals.items()
+            p: {"wall_s": round(w, 3), "cpu_s": round(c, 3), "longest_ms": round(longest * 1000, 1), "laps": int(laps)}
+            for p, (w, c, longest, laps) in self.totals.items()
         }
 
 

@@ -18,7 +18,16 @@ from processor.runtime.runner import Runner
 from processor.testing.generator import WorkloadGenerator
 from processor.testing.verify import read_topic, verify
 
-from .processor_kit import Topics, committed_offsets, config, feed, read_with_headers, start_processor, write_workload
+from .processor_kit import (
+    Topics,
+    committed_offsets,
+    config,
+    feed,
+    log_events,
+    read_with_headers,
+    start_processor,
+    write_workload,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -244,3 +253,50 @@ def test_retention_policy_abandons_old_open_transactions_with_a_dead_letter(brok
     assert any("COMMIT for abandoned transaction old" in r for r in reasons), reasons
     changes = [ev.decode_change(v) for *_, v in read_topic(broker.bootstrap, topics.changes)]
     assert len(changes) == 50 and all(c["source"]["xid"] != "old" for c in changes)
+
+
+def test_an_idle_processor_has_checkpointed_every_record_it_read(broker, tmp_path):
+    """The loop checkpoints a batch only once CHECKPOINT_EVERY_S has passed since the last checkpoint;
+    the empty polls of an idle loop write what its last batches left. So once the input stops, the
+    store's position covers every record read, and a crash would re-read none (read with `txbuffer
+    status`'s read-only store while the processor runs)."""
+    from processor.runtime.runner import CHECKPOINT_EVERY_S, IDLE_WAIT_S
+    from processor.runtime.status import from_state_dir
+
+    topics = Topics.fresh()
+    writer = RawTopicWriter(broker.bootstrap, topics.raw, partitions=4)
+    cfg = config(broker.bootstrap, topics, tmp_path / "state")
+    log = tmp_path / "processor.log"
+    proc = start_processor(cfg, log_path=log)
+    try:
+        deadline = time.monotonic() + 60
+        while not log_events(log, "partition.assigned") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        R, scn, committed = ev.raw_event, 0, 0
+        # A burst every few ms for a while: most batches land within CHECKPOINT_EVERY_S of the last
+        # checkpoint and are not checkpointed themselves, the last ones likely among them.
+        for burst in range(60):
+            for t in range(5):
+                xid = f"b{burst}t{t}"
+                writer.write(R(xid, ev.BEGIN, 0, scn := scn + 1))
+                writer.write(R(xid, ev.INSERT, 1, scn := scn + 1, table="s.t", key={"id": t}, after={"id": t}))
+                if t:  # a fifth stay open: their events are staged, and the position still moves on
+                    writer.write(R(xid, ev.COMMIT, 2, scn := scn + 1))
+                    committed += 1
+            writer.flush()
+            time.sleep(0.003)
+        while time.monotonic() < deadline:
+            ends = [value for _, _, _, value, _ in read_with_headers(broker.bootstrap, topics.transactions, 10)]
+            if sum(ev.decode_transaction(v)["status"] == "END" for v in ends) >= committed:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"fewer than {committed} ENDs: {log.read_text()[-3000:]}")
+        time.sleep(2 * (IDLE_WAIT_S + CHECKPOINT_EVERY_S))  # idle: at least one empty poll past the interval
+        status = from_state_dir(cfg.state_dir)
+        read_to = {row.partition: row.next_offset for row in status.partitions}
+        assert read_to == {p: o for p, o in end_offsets(broker.bootstrap, topics.raw).items() if o > 0}
+        assert any(row.reread_from is not None for row in status.partitions)  # open ones stayed staged
+    finally:
+        proc.terminate()
+        proc.wait(60)

@@ -30,6 +30,7 @@ def test_laps_of_a_phase_add_up_and_each_run_has_its_own_clock():
         time.sleep(0.01)
         clock.lap("settle", lap)
     assert clock.seconds()["settle"]["wall_s"] >= 0.03
+    assert clock.seconds()["settle"]["laps"] == 3
     assert RunSummary().phases is not RunSummary().phases
 
 
