@@ -29,3 +29,8 @@ class Sink(Protocol):
     # or through the capsule's C function from the buffers it was written in (KafkaSink on the
     # native producer; processor/core/_emit.pxi), and uses send_change only when that call raises
     # or refuses. Sinks without it get send_change for every change.
+    #
+    # Optional: hold_transaction(key, value, on_ack) and reclaim_held() -> int. The sink sends the
+    # record once every output sent before it is acknowledged, without the caller waiting; after a
+    # failure report it stops, and reclaim_held() gives back how many it still held (the last ones),
+    # unsent (KafkaSink on the native producer; the emitter's hold_ends).

@@ -59,9 +59,11 @@ cdef extern from *:
        (the loop, or exactly_once's commit thread), so the counts are atomic. */
     static inline void txb_count_add(int64_t *count, int64_t n) { __atomic_add_fetch(count, n, __ATOMIC_ACQ_REL); }
     static inline int64_t txb_count_get(int64_t *count) { return __atomic_load_n(count, __ATOMIC_ACQUIRE); }
+    static inline int64_t txb_count_down(int64_t *count) { return __atomic_sub_fetch(count, 1, __ATOMIC_ACQ_REL); }
     """
     void txb_count_add(int64_t *count, int64_t n) nogil
     int64_t txb_count_get(int64_t *count) nogil
+    int64_t txb_count_down(int64_t *count) nogil
 
 cdef extern from *:
     """
@@ -175,6 +177,136 @@ cdef extern from *:
     int txb_serve_flush(txb_sender_t *s, int (*flush)(void *, int) noexcept nogil, void *rk, int ms) nogil
 
 
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    /* hold(): records that go to librdkafka only once every record produced before them is
+       acknowledged (a transaction's END after its changes), released in order by whichever thread
+       sees the last of those acknowledgements: a delivery callback, or a hold, poll or flush. A held
+       record is counted in the epoch open at its hold, so that epoch settles after it is delivered;
+       what it waits for are the plain (not held) records of the epochs up to `after`: an END does not
+       wait for the ENDs before it, the queue keeps their order.
+       A failure report stops the releases (blocked) until reclaim_held() takes every held record back:
+       what that report did (a chunk, a dead letter, a failure) decides what the record must say. */
+    typedef struct txb_held_s {
+        struct txb_held_s *next;
+        void *rkt;
+        char *value;  /* NULL: a tombstone */
+        Py_ssize_t value_len;
+        char *key;
+        Py_ssize_t key_len;
+        void *opaque;
+        uint64_t after;  /* released once every epoch up to it is settled */
+    } txb_held_t;
+
+    typedef struct {
+        pthread_mutex_t mu;
+        txb_held_t *head, *tail;
+        int64_t count;  /* also read without the lock */
+        uint64_t cursor;  /* the epochs before it are settled */
+        int blocked;
+    } txb_holds_t;
+
+    static void txb_holds_init(txb_holds_t *h) {
+        pthread_mutex_init(&h->mu, NULL);
+        h->head = h->tail = NULL;
+        h->count = 0;
+        h->cursor = 1;
+        h->blocked = 0;
+    }
+
+    static inline int64_t txb_holds_count(txb_holds_t *h) { return __atomic_load_n(&h->count, __ATOMIC_ACQUIRE); }
+
+    /* A copy of the record at the tail; 0, or -1 when out of memory. */
+    static int txb_holds_add(txb_holds_t *h, uint64_t settled_before, void *rkt, const char *value,
+                             Py_ssize_t value_len, const char *key, Py_ssize_t key_len, void *opaque, uint64_t after) {
+        txb_held_t *r = (txb_held_t *)malloc(sizeof(txb_held_t) + (value ? value_len : 0) + (key ? key_len : 0));
+        char *data;
+        if (!r) return -1;
+        data = (char *)(r + 1);
+        r->next = NULL; r->rkt = rkt; r->opaque = opaque; r->after = after;
+        r->value = value ? data : NULL; r->value_len = value ? value_len : 0;
+        if (value) { memcpy(data, value, value_len); data += value_len; }
+        r->key = key ? data : NULL; r->key_len = key ? key_len : 0;
+        if (key) memcpy(data, key, key_len);
+        pthread_mutex_lock(&h->mu);
+        if (h->cursor < settled_before) h->cursor = settled_before;  /* never behind the ring's window */
+        if (h->tail) h->tail->next = r; else h->head = r;
+        h->tail = r;
+        __atomic_add_fetch(&h->count, 1, __ATOMIC_ACQ_REL);
+        pthread_mutex_unlock(&h->mu);
+        return 0;
+    }
+
+    /* Hands librdkafka the held records, in order, whose plain records up to epoch `after` are all
+       acknowledged (or failed and reported: a failure report blocks the releases first). A
+       record librdkafka refuses (a full queue) blocks the rest: reclaim_held() sends them from Python,
+       which waits for room. */
+    static void txb_holds_release(txb_holds_t *h, void *rk, int64_t *plain, uint64_t mask) {
+        txb_held_t *r;
+        void *err;
+        if (!txb_holds_count(h)) return;
+        pthread_mutex_lock(&h->mu);
+        while ((r = h->head) != NULL && !h->blocked) {
+            while (h->cursor <= r->after && __atomic_load_n(&plain[h->cursor & mask], __ATOMIC_ACQUIRE) == 0)
+                h->cursor++;
+            if (h->cursor <= r->after) break;
+            err = txb_produce(rk, r->rkt, -1, r->value, r->value_len, r->key, r->key_len, r->opaque, NULL);
+            if (err) { txb.error_destroy(err); h->blocked = 1; break; }
+            h->head = r->next;
+            if (!h->head) h->tail = NULL;
+            __atomic_sub_fetch(&h->count, 1, __ATOMIC_ACQ_REL);
+            free(r);
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+
+    static void txb_holds_block(txb_holds_t *h) {
+        pthread_mutex_lock(&h->mu);
+        h->blocked = 1;
+        pthread_mutex_unlock(&h->mu);
+    }
+
+    /* Once blocked: drops every held record (each counted off its epoch) and unblocks; how many. */
+    static int64_t txb_holds_reclaim(txb_holds_t *h, int64_t *in_flight, uint64_t mask) {
+        txb_held_t *r, *next;
+        int64_t n = 0;
+        pthread_mutex_lock(&h->mu);
+        if (h->blocked) {
+            for (r = h->head; r; r = next) {
+                next = r->next;
+                __atomic_sub_fetch(&in_flight[((uintptr_t)r->opaque >> 32) & mask], 1, __ATOMIC_ACQ_REL);
+                free(r);
+                n++;
+            }
+            h->head = h->tail = NULL;
+            __atomic_store_n(&h->count, 0, __ATOMIC_RELEASE);
+            h->blocked = 0;
+        }
+        pthread_mutex_unlock(&h->mu);
+        return n;
+    }
+
+    static void txb_holds_free(txb_holds_t *h) {
+        txb_held_t *r, *next;
+        for (r = h->head; r; r = next) { next = r->next; free(r); }
+        h->head = h->tail = NULL;
+        h->count = 0;
+    }
+    """
+    ctypedef struct txb_holds_t:
+        int64_t count
+    void txb_holds_init(txb_holds_t *h) nogil
+    int64_t txb_holds_count(txb_holds_t *h) nogil
+    int txb_holds_add(txb_holds_t *h, uint64_t settled_before, void *rkt, const char *value, Py_ssize_t value_len,
+                      const char *key, Py_ssize_t key_len, void *opaque, uint64_t after) nogil
+    void txb_holds_release(txb_holds_t *h, void *rk, int64_t *plain, uint64_t mask) nogil
+    void txb_holds_block(txb_holds_t *h) nogil
+    int64_t txb_holds_reclaim(txb_holds_t *h, int64_t *in_flight, uint64_t mask) nogil
+    void txb_holds_free(txb_holds_t *h) nogil
+
+
 cdef enum:
     RD_KAFKA_PRODUCER = 0
     ERR_QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL
@@ -182,8 +314,11 @@ cdef enum:
     # Epochs in flight at once: next_epoch() waits rather than reuse the count of an unsettled one.
     EPOCH_RING = 4096
 
-# A record's opaque: its epoch in the high 32 bits, its callback's slot (0: none) in the low 32.
-cdef uintptr_t SLOT_MASK = 0xFFFFFFFF
+# A record's opaque: its epoch in the high 32 bits; in the low 32, HELD_TAG for a held record and its
+# callback's slot (0: none).
+cdef uintptr_t EPOCH_MASK = 0xFFFFFFFF
+cdef uintptr_t SLOT_MASK = 0x7FFFFFFF
+cdef uintptr_t HELD_TAG = 0x80000000
 cdef uintptr_t RING_MASK = EPOCH_RING - 1
 
 # librdkafka-only names are passed through; these are confluent-kafka's own, handled here.
@@ -234,6 +369,8 @@ cdef struct CallbackState:
     int closing  # set before rd_kafka_destroy: callbacks touch nothing else
     PyObject *owner  # the NativeProducer (borrowed: it outlives its rd_kafka_t)
     int64_t in_flight[EPOCH_RING]  # records produced and not yet reported, by epoch % EPOCH_RING
+    int64_t plain[EPOCH_RING]  # the same without held records: what a held record waits for
+    txb_holds_t holds  # hold()'s records, until librdkafka gets them
 
 
 cdef void _on_delivery(void *rk, const txb_message_t *msg, void *opaque) noexcept nogil:
@@ -243,7 +380,10 @@ cdef void _on_delivery(void *rk, const txb_message_t *msg, void *opaque) noexcep
         return
     if (tag & SLOT_MASK) == 0 or (msg.err == 0 and state.only_error):
         # No callback to hand it to, or a success not reported: counted off here, no GIL, no allocation.
-        txb_count_add(&state.in_flight[(tag >> 32) & RING_MASK], -1)
+        txb_count_down(&state.in_flight[(tag >> 32) & RING_MASK])
+        if (tag & HELD_TAG) == 0 and txb_count_down(&state.plain[(tag >> 32) & RING_MASK]) == 0:
+            if txb_holds_count(&state.holds):  # held records this one may have been the last for
+                txb_holds_release(&state.holds, rk, state.plain, RING_MASK)
         return
     with gil:  # counted off once its report ran (_run_reports)
         (<NativeProducer>state.owner)._queue_report(msg)
@@ -325,6 +465,7 @@ cdef class NativeProducer:
     cdef uint64_t _report_epoch  # while a failure report runs: its record's epoch, which what it produces joins
     cdef txb_sender_t _sender  # send_now()'s thread, started at its first call
     cdef int _linger_ms
+    cdef bint _produced_in_open  # the open epoch has records that were not held
 
     def __cinit__(self):
         self.rk = NULL
@@ -336,6 +477,7 @@ cdef class NativeProducer:
         self._epoch = self._unsettled = 1  # epoch 0 is settled from the start
         self._report_epoch = 0
         txb_sender_init(&self._sender)
+        txb_holds_init(&self.state.holds)
 
     def __init__(self, dict conf):
         cdef char errstr[512]
@@ -367,6 +509,7 @@ cdef class NativeProducer:
         self.state.closing = 1
         with nogil:
             txb_sender_stop(&self._sender)
+        txb_holds_free(&self.state.holds)  # never sent: the caller did not wait for them
         for handle in self._topics.values():
             txb.topic_destroy(<void *><uintptr_t>handle)
         with nogil:
@@ -387,13 +530,15 @@ cdef class NativeProducer:
                 None if msg.payload == NULL else PyBytes_FromStringAndSize(<char *>msg.payload, msg.len),
                 error,
             )
-            self._reports.append((tag & SLOT_MASK, error, record, tag >> 32))
+            self._reports.append((tag & SLOT_MASK, error, record, tag >> 32, tag & HELD_TAG))
         except BaseException as exc:  # never into librdkafka's thread; MemoryError is all that is left
-            self._reports.append((0, KafkaError(KafkaError._FAIL, f"delivery report lost: {exc!r}"), None, tag >> 32))
+            self._reports.append(
+                (0, KafkaError(KafkaError._FAIL, f"delivery report lost: {exc!r}"), None, tag >> 32, tag & HELD_TAG)
+            )
 
     cdef void _queue_error(self, int err, const char *reason, int fatal) noexcept:
         try:
-            self._reports.append((None, KafkaError(err, reason.decode("utf-8", "replace"), fatal=bool(fatal)), None, 0))
+            self._reports.append((None, KafkaError(err, reason.decode("utf-8", "replace"), fatal=bool(fatal)), None, 0, 0))
         except BaseException:
             pass
 
@@ -403,11 +548,13 @@ cdef class NativeProducer:
         cdef uint64_t outer
         reports = self._reports
         while reports:
-            slot, error, record, epoch = reports.popleft()
+            slot, error, record, epoch, held = reports.popleft()
             if slot is None:
                 if self._error_cb is not None:
                     self._error_cb(error)
                 continue
+            if error is not None:  # before its epoch can settle: no held record goes past a failure
+                txb_holds_block(&self.state.holds)
             outer, self._report_epoch = self._report_epoch, epoch  # a report may poll, and run others
             try:
                 if slot == 0:  # a report that could not be built
@@ -420,7 +567,10 @@ cdef class NativeProducer:
             finally:
                 self._report_epoch = outer
                 txb_count_add(&self.state.in_flight[<uintptr_t>epoch & RING_MASK], -1)
-        if txb.outq_len(self.rk) == 0:
+                if not held:
+                    txb_count_add(&self.state.plain[<uintptr_t>epoch & RING_MASK], -1)
+        self._release_held()  # those the reports just counted off were the last for
+        if txb.outq_len(self.rk) == 0 and not txb_holds_count(&self.state.holds):
             self._callbacks.clear()
             self._last_callback = None
 
@@ -455,12 +605,7 @@ cdef class NativeProducer:
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key)
         if on_delivery is not None:
-            if on_delivery is not self._last_callback:
-                self._last_slot = self._next_slot
-                self._next_slot += 1
-                self._callbacks[self._last_slot] = on_delivery
-                self._last_callback = on_delivery
-            slot = self._last_slot & SLOT_MASK
+            slot = self._slot_for(on_delivery)
         if headers:
             hdrs = _headers(headers)
         error = self._enqueue(
@@ -484,18 +629,31 @@ cdef class NativeProducer:
             raise BufferError(reason)
         raise KafkaException(KafkaError(code, reason))
 
+    cdef uintptr_t _slot_for(self, object on_delivery) except? 0:
+        """The callback slot a record carries: one per callback, not per record."""
+        if on_delivery is not self._last_callback:
+            self._last_slot = self._next_slot
+            self._next_slot += 1
+            self._callbacks[self._last_slot] = on_delivery
+            self._last_callback = on_delivery
+        return self._last_slot & SLOT_MASK
+
     cdef void *_enqueue(self, void *rkt, int32_t partition, const char *value, Py_ssize_t value_len,
                         const char *key, Py_ssize_t key_len, uintptr_t slot, void *hdrs) noexcept:
         """One record into librdkafka's queue, counted in the open epoch (or the failure report's):
         NULL, or librdkafka's error (the caller destroys it; the record is not counted)."""
         cdef uint64_t epoch = self._report_epoch or self._epoch
         cdef int64_t *in_flight = &self.state.in_flight[epoch & RING_MASK]
+        cdef int64_t *plain = &self.state.plain[epoch & RING_MASK]
         cdef void *error
         txb_count_add(in_flight, 1)
+        txb_count_add(plain, 1)
+        self._produced_in_open = True
         error = txb_produce(self.rk, rkt, partition, value, value_len, key, key_len,
-                            <void *>(((epoch & SLOT_MASK) << 32) | slot), hdrs)
+                            <void *>(((epoch & EPOCH_MASK) << 32) | slot), hdrs)
         if error != NULL:
             txb_count_add(in_flight, -1)
+            txb_count_add(plain, -1)
         return error
 
     cdef int _produce_c(self, void *rkt, const char *value, Py_ssize_t value_len, const char *key,
@@ -541,6 +699,11 @@ cdef class NativeProducer:
         self._run_reports()
         return served
 
+    cdef void _release_held(self) noexcept:
+        if txb_holds_count(&self.state.holds):
+            with nogil:
+                txb_holds_release(&self.state.holds, self.rk, self.state.plain, RING_MASK)
+
     def flush(self, timeout=None):
         """Wait until every record is acknowledged and its report ran (callbacks may produce more);
         returns how many are left when timeout runs out."""
@@ -556,6 +719,8 @@ cdef class NativeProducer:
             left = len(self)
             if left == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return left
+            if txb.outq_len(self.rk) == 0 and not self._reports:
+                return left  # only held records, stopped by a failure report: reclaim_held() takes them
 
     def send_now(self):
         """Have librdkafka send every record queued so far without waiting out linger.ms, and return
@@ -580,10 +745,14 @@ cdef class NativeProducer:
     def next_epoch(self):
         """Close the open epoch and return its number; the records produced from now on carry the next.
         Waits (serving reports) while EPOCH_RING epochs are unsettled, rather than reuse a count."""
+        return self._close_epoch()
+
+    cdef uint64_t _close_epoch(self) except? 0:
         cdef uint64_t closed = self._epoch
         while closed + 1 - self._settle_closed() >= EPOCH_RING:
             self.poll(0.1)
         self._epoch = closed + 1
+        self._produced_in_open = False
         return closed
 
     def settled_epoch(self):
@@ -598,8 +767,49 @@ cdef class NativeProducer:
         return self._unsettled
 
     def __len__(self):
-        """Records not yet acknowledged, plus reports not yet run (as confluent-kafka counts them)."""
-        return txb.outq_len(self.rk) + len(self._reports)
+        """Records not yet acknowledged, plus reports not yet run (as confluent-kafka counts them), plus
+        held records."""
+        return txb.outq_len(self.rk) + len(self._reports) + txb_holds_count(&self.state.holds)
+
+    # -- held records ------------------------------------------------------------------------------
+
+    def hold(self, str topic, bytes value, bytes key not None, on_delivery=None):
+        """Queue a record that goes to librdkafka only once every record produced before it is
+        acknowledged, without waiting for that: the thread that serves the last acknowledgement hands
+        it over, so a send_now() flush under way sends it at once. Held records keep their order, and
+        one does not wait for those held before it. Each is counted in the open epoch from now on (a
+        record produced since the last hold closes the epoch first, so that the hold waits for it),
+        and len() counts it. A failure report stops the releases: reclaim_held() then takes every held
+        record back."""
+        cdef void *rkt = self._topic(topic)
+        cdef uintptr_t slot = 0
+        cdef uint64_t after
+        if self.rk == NULL:
+            raise RuntimeError("the producer is closed")
+        if on_delivery is not None:
+            slot = self._slot_for(on_delivery)
+        after = self._close_epoch() if self._produced_in_open else self._epoch - 1
+        txb_count_add(&self.state.in_flight[self._epoch & RING_MASK], 1)
+        if txb_holds_add(
+            &self.state.holds,
+            self._settle_closed(),
+            rkt,
+            NULL if value is None else PyBytes_AS_STRING(value),
+            0 if value is None else PyBytes_GET_SIZE(value),
+            PyBytes_AS_STRING(key),
+            PyBytes_GET_SIZE(key),
+            <void *>(((self._epoch & EPOCH_MASK) << 32) | HELD_TAG | slot),
+            after,
+        ) != 0:
+            txb_count_add(&self.state.in_flight[self._epoch & RING_MASK], -1)
+            raise MemoryError()
+        self._release_held()  # its epochs may be settled already
+
+    def reclaim_held(self):
+        """After a failure report ran (or librdkafka refused a held record): take every held record
+        back, unsent, counted off its epoch, and let later holds go again. Returns how many (the last
+        ones held, in order); 0 while nothing stopped the releases."""
+        return txb_holds_reclaim(&self.state.holds, self.state.in_flight, RING_MASK)
 
     # -- transactions (exactly_once): librdkafka's calls, errors as confluent-kafka raises them ------
 

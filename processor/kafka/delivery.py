@@ -10,13 +10,15 @@ crash re-emits at most what followed the last commit, with the same event_ids. A
 outputs ends with a flush (librdkafka skips linger.ms for it: one round trip), which settles them:
 their cursors move and their ENDs go out. Measured against settling only when the queue drains on
 its own or the oldest output waited 20 ms, the flush per batch used no more CPU per event and gave a
-lower commit-to-END latency (issue 14). With NativeProducer the batch does not wait for its ENDs:
-what the release produces is sent as it is produced (send_now: no linger, and the broker's work
-overlaps the release and the checkpoint), the flush waits for the changes, and the ENDs are sent at
-once and settle by their epoch at a later batch (the loop comes back within runner.ACK_WAIT_S while
-any wait). A second flush for the ENDs took a second round trip, ~30% of the loop's time per batch
-at half the steady rate. confluent-kafka's Producer cannot send without waiting: there a second
-flush settles the ENDs within the batch.
+lower commit-to-END latency (issue 14). With NativeProducer the batch waits for nothing: what the
+release produces is sent as it is produced (send_now: no linger, and the broker's work overlaps the
+release and the checkpoint), and each END is held by the producer as soon as its changes are sent
+(NativeProducer.hold, emitter.hold_ends): the thread that serves the last of their acknowledgements
+hands it to librdkafka, and a later batch settles it by its epoch (the loop comes back within
+runner.ACK_WAIT_S while any wait). Before, the batch's flush waited for the changes and then sent
+the ENDs: one round trip per batch on the loop, and the ENDs of a batch's first transactions waited
+for its last. confluent-kafka's Producer cannot send without waiting: there the flush waits for the
+changes, and a second flush settles the ENDs within the batch.
 
 Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are
 waiting) the batch does not wait for the broker: the loop goes on to the next batch while
@@ -166,6 +168,10 @@ class AtLeastOnce:
         self.by_epoch = counts_epochs(producer)
         # NativeProducer: sends without waiting for the broker (send_now), and settles by epochs.
         self.sends_now = self.by_epoch and hasattr(producer, "send_now")
+        # ... and holds each END until its changes are acknowledged (NativeProducer.hold), so that no
+        # batch waits for the broker to send its ENDs (emitter.py; not for a sink without ENDs to hold).
+        self.holds_ends = self.sends_now and hasattr(producer, "hold") and hasattr(emitter.sink, "hold_transaction")
+        emitter.hold_ends = self.holds_ends
         self.settling_flushes = 0
         self.deferred_settlements = 0  # batches that did not wait for the broker
         self._last_settled = time.monotonic()
@@ -204,8 +210,12 @@ class AtLeastOnce:
         if emitter.unsettled and backlog and self.by_epoch:
             if len(producer) < IN_FLIGHT_LIMIT:
                 producer.poll(0)  # takes in the reports; failures are reported before their epoch settles
-                emitter.seal(producer.next_epoch())
-                emitter.advance(through=producer.settled_epoch())
+                if self.holds_ends:  # the batch's ENDs are held in advance(), and sealed with its changes
+                    emitter.advance(through=producer.settled_epoch())
+                    emitter.seal(producer.next_epoch())
+                else:  # the ENDs advance() sends go in the next group: this batch's changes settle apart
+                    emitter.seal(producer.next_epoch())
+                    emitter.advance(through=producer.settled_epoch())
                 self.deferred_settlements += 1
                 return
             # Else the broker is behind: wait for it below, as the memory in flight would only grow.
@@ -216,7 +226,9 @@ class AtLeastOnce:
                 self.deferred_settlements += 1
                 self._deferred_last = True
                 return
-        if self.sends_now and not backlog:
+        if self.holds_ends and not backlog:
+            self._settle_by_holds()
+        elif self.sends_now and not backlog:
             self._settle_changes_send_ends()
         elif emitter.unsettled:
             # Serves the failure reports too: advance raises for any before a settlement counts.
@@ -235,6 +247,18 @@ class AtLeastOnce:
             emitter.advance()
         self._last_settled = time.monotonic()
         self._deferred_last = False
+
+    def _settle_by_holds(self) -> None:
+        """Below a backlog, with ENDs held (NativeProducer.hold): no wait. The producer sends each END
+        as its changes are acknowledged; this settles what the broker acknowledged so far, and kicks
+        the sending thread, which also serves the acknowledgements that release the ENDs."""
+        emitter, producer = self.emitter, self.producer
+        producer.poll(0)  # failure reports first: advance raises for any before its epoch counts
+        emitter.advance(through=producer.settled_epoch())
+        if emitter.unsealed:
+            emitter.seal(producer.next_epoch())
+        if emitter.unsettled:
+            producer.send_now()
 
     def _settle_changes_send_ends(self) -> None:
         """Below a backlog, with NativeProducer: wait for what the batch sent, then send the ENDs that

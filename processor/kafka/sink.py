@@ -117,16 +117,31 @@ class KafkaSink:
             on_ack(err)
 
     def send_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
+        value = self._transaction_value(key, value, on_ack)
+        try:
+            self._produce(self.transactions_topic, value, key, -1, self._transaction_report)
+        except (BufferError, KafkaException):
+            produce(self.producer, self.transactions_topic, value, key, on_delivery=self._transaction_report)
+
+    def hold_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
+        """An END that the native producer sends once every record produced before it is acknowledged
+        (NativeProducer.hold; the emitter's hold_ends). A change dead-lettered by then is in it."""
+        value = self._transaction_value(key, value, on_ack)
+        self.producer.hold(self.transactions_topic, value, key, self._transaction_report)
+
+    def _transaction_value(self, key: bytes, value: bytes, on_ack: AckCallback) -> bytes:
+        """The record as it goes out (an END marked with its dead-lettered changes); on_ack's reports set."""
         if self._dead_lettered:
             xid = key.decode(errors="replace")
             if xid in self._dead_lettered:
                 value = self._mark_end(xid, value)
         if on_ack is not self._reports_for:
             self._reports(on_ack)
-        try:
-            self._produce(self.transactions_topic, value, key, -1, self._transaction_report)
-        except (BufferError, KafkaException):
-            produce(self.producer, self.transactions_topic, value, key, on_delivery=self._transaction_report)
+        return value
+
+    def reclaim_held(self) -> int:
+        """How many held ENDs the producer gave back unsent, after a failure report (the last held)."""
+        return int(self.producer.reclaim_held())
 
     def _oversized_change(self, key: bytes, value: bytes | None, exc: RecordTooLarge, on_ack: AckCallback) -> None:
         if self.oversized == "fail":

@@ -18,6 +18,14 @@ Transactions complete in release order, so the committed low watermark only move
 A producer that settles by epochs (processor/kafka/settlement.py) lets the delivery settle part of
 what is in flight: seal() closes the outputs sent since the last seal into a group tagged with an
 epoch that they all belong to, and advance(through=epoch) settles the groups up to it, in order.
+
+A sink that can hold a record until every record sent before it is acknowledged (KafkaSink on the
+native producer: hold_transaction) gets each END as soon as its changes are all sent (hold_ends, set
+by the at_least_once delivery): the producer sends it the moment the changes are acknowledged, and
+the loop never waits for that. A held END counts as acknowledged once the group it was sealed in
+settles. A failure report stops the producer's releases; the held ENDs come back (reclaim_held) and
+go the usual way, each once its changes are acknowledged, so that what the report did (a dead
+letter, a chunk) is in the END.
 """
 
 from __future__ import annotations
@@ -71,6 +79,15 @@ class Emitter:
         # and becomes visible with them or not at all, so it goes out at once (one flush per batch,
         # not two); the guarantee sets this (processor.kafka.delivery).
         self.end_waits_for_acks = True
+        # at_least_once on a sink that holds records (module doc): advance() hands over the ENDs of
+        # the batch's released transactions at once, in one epoch of the producer. (Held as each
+        # transaction was released, an epoch each, they cost the producer's threads more CPU and
+        # gave no lower latency: docs/benchmarks.md, session 49.)
+        self.hold_ends = False
+        self._held: list[Emission] = []  # ENDs held since the last seal
+        self._held_sealed: deque[tuple[int, list[Emission]]] = deque()
+        self._held_order: deque[Emission] = deque()  # every held END not known delivered, in hold order
+        self._send_directly: set[Emission] = set()  # reclaimed: the usual way, after their changes' acks
 
     def release(self, engine: PartitionEngine, txn: Txn) -> None:
         """Stream every change of a committed transaction to the sink, in seq order."""
@@ -144,19 +161,22 @@ class Emitter:
 
     @property
     def unsettled(self) -> bool:
-        """Outputs were sent since the last settlement."""
-        return bool(self._unsettled or self._sealed)
+        """Outputs were sent (or ENDs held) since the last settlement."""
+        return bool(self._unsettled or self._sealed or self._held or self._held_sealed)
 
     @property
     def unsealed(self) -> bool:
-        """Outputs were sent since the last seal or settlement."""
-        return bool(self._unsettled)
+        """Outputs were sent (or ENDs held) since the last seal or settlement."""
+        return bool(self._unsettled or self._held)
 
     def seal(self, epoch: int) -> None:
-        """The outputs sent since the last seal all belong to `epoch` or an earlier one."""
+        """The outputs sent, and ENDs held, since the last seal all belong to `epoch` or an earlier one."""
         if self._unsettled:
             self._sealed.append((epoch, self._unsettled))
             self._unsettled = []
+        if self._held:
+            self._held_sealed.append((epoch, self._held))
+            self._held = []
 
     def settle(self, through: int | None = None) -> None:
         """Every output sent so far is acknowledged (the caller saw the sink settled); or, with
@@ -167,7 +187,37 @@ class Emitter:
         if through is None and self._unsettled:
             unsettled, self._unsettled = self._unsettled, []
             codec.settle_all(unsettled)
+        # Held ENDs after their changes: a group settles with or after the changes' (same seal or later).
+        held_sealed = self._held_sealed
+        while held_sealed and (through is None or held_sealed[0][0] <= through):
+            self._ends_delivered(held_sealed.popleft()[1])
+        if through is None and self._held:
+            held, self._held = self._held, []
+            self._ends_delivered(held)
         self.settlements += 1
+
+    def _ends_delivered(self, ems: list[Emission]) -> None:
+        order = self._held_order
+        for em in ems:
+            order.popleft()  # delivered in hold order: the producer releases them in order
+            em.end_sent = em.end_acked = True
+
+    def _reclaim_ends(self) -> None:
+        """The producer stopped releasing held ENDs (a failure report ran): take back those it still
+        held, the last ones held, to send each the usual way once its changes are acknowledged."""
+        taken = self.sink.reclaim_held()
+        if not taken:
+            return
+        order = self._held_order
+        back = [order.pop() for _ in range(min(taken, len(order)))][::-1]
+        gone = set(back)
+        self._held = [em for em in self._held if em not in gone]
+        self._held_sealed = deque((epoch, [em for em in ems if em not in gone]) for epoch, ems in self._held_sealed)
+        live = set(self.queue)  # a revoked partition's emissions are resumed by the store, elsewhere
+        for em in reversed(back):
+            if em in live:
+                self._to_end.appendleft(em)
+                self._send_directly.add(em)
 
     def advance(self, settled: bool = False, through: int | None = None) -> int:
         """Settle if the sink is settled (or the caller says so: a flush returned with nothing left),
@@ -175,13 +225,18 @@ class Emitter:
         and finish acknowledged transactions, in release order. Returns how many finished. Raises
         DeliveryFailed if any output failed: a failure is reported before the sink, or its epoch,
         can be settled, so no failed output ever counts as acknowledged."""
-        if not settled and (self._unsettled or self._sealed):
+        if self._held_order:
+            self._reclaim_ends()
+        if not settled and (self._unsettled or self._sealed or self._held or self._held_sealed):
             settled = self._settled()
         self.raise_failures()
         if settled:
-            if self._unsettled or self._sealed:
+            if self._unsettled or self._sealed or self._held or self._held_sealed:
                 self.settle()
-        elif through is not None and self._sealed and self._sealed[0][0] <= through:
+        elif through is not None and (
+            (self._sealed and self._sealed[0][0] <= through)
+            or (self._held_sealed and self._held_sealed[0][0] <= through)
+        ):
             self.settle(through)
         ended = self._send_ends()
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
@@ -200,14 +255,27 @@ class Emitter:
 
     def _send_ends(self) -> bool:
         """Send the END of each emission, in release order, whose changes are all sent and, unless
-        END need not wait for them (exactly_once), acknowledged. True if any went."""
+        END need not wait for them (exactly_once), acknowledged; or hold it (hold_ends) as soon as its
+        changes are sent. True if any went."""
         to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
         ended = False
+        direct = self._send_directly
         while to_end:
             em = to_end[0]
-            if not em.all_sent or (wait_for_acks and not em.changes_settled):
+            if not em.all_sent:
+                break
+            if self.hold_ends and not (direct and em in direct):
+                to_end.popleft()
+                self._held.append(em)
+                self._held_order.append(em)
+                self.sink.hold_transaction(
+                    em.txn.xid.encode(), em.transaction_bytes("END", self.ordering), self._failed
+                )
+                continue
+            if wait_for_acks and not em.changes_settled:
                 break  # later ENDs wait, so END order follows commit order
             to_end.popleft()
+            direct.discard(em)
             em.end_sent = True
             self._unsettled.append(em)
             ended = True
@@ -223,3 +291,6 @@ class Emitter:
         self._to_end = deque(em for em in self._to_end if em.engine is not engine)
         self._unsettled = [em for em in self._unsettled if em.engine is not engine]
         self._sealed = deque((epoch, [em for em in ems if em.engine is not engine]) for epoch, ems in self._sealed)
+        # Held ENDs stay: the producer still sends them (as it does what is in flight), and their count
+        # keeps _held_order in step with the producer's.
+        self._send_directly = {em for em in self._send_directly if em.engine is not engine}

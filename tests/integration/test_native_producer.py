@@ -190,6 +190,73 @@ def test_send_now_sends_what_linger_holds_and_returns_without_waiting_for_the_br
     assert got == sorted([b"held-%d" % i for i in range(3)] + [b"sent-%d" % i for i in range(3)] + [b"after"])
 
 
+def test_a_held_record_goes_once_every_record_before_it_is_acknowledged_and_counts_in_a_later_epoch(broker):
+    """hold() is how a transaction's END follows its changes (delivery.AtLeastOnce, Emitter): nothing of
+    it reaches librdkafka while a record produced before it waits (here in linger), the thread serving
+    the last acknowledgement hands it over (send_now's, without the caller waiting), held records keep
+    their order, and the epoch it is counted in settles only once it is delivered."""
+    changes, ends = _name("hold-changes"), _name("hold-ends")
+    ensure_topics(broker.bootstrap, {changes: 3, ends: 1})
+    producer = _native(broker.bootstrap, **{"linger.ms": 2000})
+    for i in range(30):
+        producer.produce(changes, b"change-%d" % i, b"k%d" % i)
+    producer.hold(ends, b"END-1", b"xid-1")
+    producer.hold(ends, b"END-2", b"xid-2")  # no change since the last hold: the same epoch to wait for
+    producer.produce(changes, b"change-30", b"k30")
+    producer.hold(ends, b"END-3", b"xid-3")
+    assert producer.epoch == 3  # the changes in 1, END-1 and END-2 in 2 with change-30, END-3 in 3
+    producer.poll(0.3)
+    assert len(producer) == 34 and producer.settled_epoch() == 0  # all still lingering or held
+    assert _records(broker.bootstrap, ends) == []
+    producer.next_epoch()
+    producer.send_now()  # the changes go now; the ENDs go from the sender's thread as they are acked
+    deadline = time.monotonic() + 30
+    while producer.settled_epoch() < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # no poll: the sending thread serves the acknowledgements and hands over the ENDs
+    assert producer.settled_epoch() == 3
+    producer.poll(0)
+    assert len(producer) == 0
+    got = _records(broker.bootstrap, ends)
+    assert [(m.key(), m.value()) for m in got] == [(b"xid-%d" % i, b"END-%d" % i) for i in (1, 2, 3)]
+    assert len(_records(broker.bootstrap, changes)) == 31
+    # Once every earlier record is acknowledged, a hold goes at once.
+    producer.hold(ends, b"END-4", b"xid-4")
+    assert producer.flush(30) == 0
+    assert [m.value() for m in _records(broker.bootstrap, ends)][-1] == b"END-4"
+
+
+def test_a_failure_report_stops_held_records_until_they_are_reclaimed(broker):
+    """A record refused by the broker: what its report did (a chunk, a dead letter, a failure) decides
+    what the END after it says, so the held END never goes; reclaim_held() takes it back (counted off its
+    epoch), and later holds go again."""
+    topic, small, ends = _name("hold-ok"), _name("hold-small"), _name("hold-ends")
+    ensure_topics(broker.bootstrap, {topic: 1, ends: 1})
+    ensure_topics(broker.bootstrap, {small: 1}, config={"max.message.bytes": "10000"})
+    producer = _native(broker.bootstrap, **{"compression.type": "none"})
+    reports: list = []
+
+    def report(err, msg):  # recovers as the oversized policies do: produces instead, in the same epoch
+        reports.append(err.code())
+        producer.produce(topic, b"instead", b"big")
+
+    producer.produce(small, b"x" * 50_000, b"big", -1, report)
+    producer.hold(ends, b"END-after-failure", b"xid-1")
+    held_epoch = producer.epoch
+    assert producer.reclaim_held() == 0  # nothing failed yet
+    deadline = time.monotonic() + 30
+    while producer.settled_epoch() < held_epoch - 1 and time.monotonic() < deadline:
+        producer.poll(0.01)
+    assert reports == [KafkaError.MSG_SIZE_TOO_LARGE]
+    assert producer.flush(1) == 1  # only the held END is left, and it does not go
+    assert producer.reclaim_held() == 1 and len(producer) == 0
+    producer.next_epoch()
+    assert producer.settled_epoch() == held_epoch  # the reclaimed END no longer holds its epoch
+    producer.hold(ends, b"END-later", b"xid-2")
+    assert producer.flush(30) == 0
+    assert [m.value() for m in _records(broker.bootstrap, ends)] == [b"END-later"]
+    assert [m.value() for m in _records(broker.bootstrap, topic)] == [b"instead"]
+
+
 def test_a_full_queue_raises_buffer_error_and_produce_waits_for_room(broker):
     topic = _name("full")
     ensure_topics(broker.bootstrap, {topic: 1})
