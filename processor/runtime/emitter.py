@@ -62,7 +62,8 @@ class Emitter:
         self.queue: deque[Emission] = deque()  # released and not finished, in release order
         self._to_end: deque[Emission] = deque()  # the tail of queue whose END is not sent yet
         self._unsettled: list[Emission] = []  # emissions with outputs sent since the last seal
-        self._sealed: deque[tuple[int, list[Emission]]] = deque()  # (epoch, its emissions), oldest first
+        # (epoch, emissions with outputs sent, emissions whose END was held), oldest first
+        self._sealed: deque[tuple[int, list[Emission], list[Emission]]] = deque()
         # A sink without settled() writes synchronously: what it took is acknowledged.
         self._settled: Callable[[], bool] = getattr(sink, "settled", _always_settled)
         self.errors: list[str] = []
@@ -85,7 +86,6 @@ class Emitter:
         # gave no lower latency: docs/benchmarks.md, session 49.)
         self.hold_ends = False
         self._held: list[Emission] = []  # ENDs held since the last seal
-        self._held_sealed: deque[tuple[int, list[Emission]]] = deque()
         self._held_order: deque[Emission] = deque()  # every held END not known delivered, in hold order
         self._send_directly: set[Emission] = set()  # reclaimed: the usual way, after their changes' acks
 
@@ -162,7 +162,7 @@ class Emitter:
     @property
     def unsettled(self) -> bool:
         """Outputs were sent (or ENDs held) since the last settlement."""
-        return bool(self._unsettled or self._sealed or self._held or self._held_sealed)
+        return bool(self._unsettled or self._held or self._sealed)
 
     @property
     def unsealed(self) -> bool:
@@ -171,28 +171,22 @@ class Emitter:
 
     def seal(self, epoch: int) -> None:
         """The outputs sent, and ENDs held, since the last seal all belong to `epoch` or an earlier one."""
-        if self._unsettled:
-            self._sealed.append((epoch, self._unsettled))
-            self._unsettled = []
-        if self._held:
-            self._held_sealed.append((epoch, self._held))
-            self._held = []
+        if self._unsettled or self._held:
+            self._sealed.append((epoch, self._unsettled, self._held))
+            self._unsettled, self._held = [], []
 
     def settle(self, through: int | None = None) -> None:
         """Every output sent so far is acknowledged (the caller saw the sink settled); or, with
         `through`, those of the groups sealed with an epoch up to it."""
         sealed = self._sealed
         while sealed and (through is None or sealed[0][0] <= through):
-            codec.settle_all(sealed.popleft()[1])
-        if through is None and self._unsettled:
-            unsettled, self._unsettled = self._unsettled, []
+            _, ems, held = sealed.popleft()
+            codec.settle_all(ems)  # the changes first: a held END was sealed with them or later
+            self._ends_delivered(held)
+        if through is None:
+            unsettled, held = self._unsettled, self._held
+            self._unsettled, self._held = [], []
             codec.settle_all(unsettled)
-        # Held ENDs after their changes: a group settles with or after the changes' (same seal or later).
-        held_sealed = self._held_sealed
-        while held_sealed and (through is None or held_sealed[0][0] <= through):
-            self._ends_delivered(held_sealed.popleft()[1])
-        if through is None and self._held:
-            held, self._held = self._held, []
             self._ends_delivered(held)
         self.settlements += 1
 
@@ -212,7 +206,7 @@ class Emitter:
         back = [order.pop() for _ in range(min(taken, len(order)))][::-1]
         gone = set(back)
         self._held = [em for em in self._held if em not in gone]
-        self._held_sealed = deque((epoch, [em for em in ems if em not in gone]) for epoch, ems in self._held_sealed)
+        self._sealed = deque((epoch, ems, [em for em in held if em not in gone]) for epoch, ems, held in self._sealed)
         live = set(self.queue)  # a revoked partition's emissions are resumed by the store, elsewhere
         for em in reversed(back):
             if em in live:
@@ -227,16 +221,13 @@ class Emitter:
         can be settled, so no failed output ever counts as acknowledged."""
         if self._held_order:
             self._reclaim_ends()
-        if not settled and (self._unsettled or self._sealed or self._held or self._held_sealed):
+        if not settled and self.unsettled:
             settled = self._settled()
         self.raise_failures()
         if settled:
-            if self._unsettled or self._sealed or self._held or self._held_sealed:
+            if self.unsettled:
                 self.settle()
-        elif through is not None and (
-            (self._sealed and self._sealed[0][0] <= through)
-            or (self._held_sealed and self._held_sealed[0][0] <= through)
-        ):
+        elif through is not None and self._sealed and self._sealed[0][0] <= through:
             self.settle(through)
         ended = self._send_ends()
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
@@ -290,7 +281,9 @@ class Emitter:
         self.queue = deque(em for em in self.queue if em.engine is not engine)
         self._to_end = deque(em for em in self._to_end if em.engine is not engine)
         self._unsettled = [em for em in self._unsettled if em.engine is not engine]
-        self._sealed = deque((epoch, [em for em in ems if em.engine is not engine]) for epoch, ems in self._sealed)
+        self._sealed = deque(
+            (epoch, [em for em in ems if em.engine is not engine], held) for epoch, ems, held in self._sealed
+        )
         # Held ENDs stay: the producer still sends them (as it does what is in flight), and their count
         # keeps _held_order in step with the producer's.
         self._send_directly = {em for em in self._send_directly if em.engine is not engine}
