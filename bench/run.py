@@ -323,6 +323,11 @@ class Bench:
                 "wall_s": res.wall_s,
                 "peak_rss_mb": res.peak_rss / 2**20,
                 "end_event_count": end_rec["event_count"],
+                # Where the loop's time went (a stall shows as a phase's longest lap), and how it settled.
+                "phases": res.summary.get("phases"),
+                "stalls": res.summary.get("stalls"),
+                "settling_flushes": res.summary.get("settling_flushes"),
+                "deferred_settlements": res.summary.get("deferred_settlements"),
             }
         small, big = (str(x) for x in self.sizes["huge"])
         out["ratio_size"] = int(big) / int(small)
