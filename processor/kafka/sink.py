@@ -16,6 +16,7 @@ be empty and counted in the change's epoch, so a settlement covers it too.
 
 from __future__ import annotations
 
+from collections import deque
 from functools import partial
 from typing import Any
 
@@ -60,6 +61,10 @@ class KafkaSink:
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES  # the producer's message.max.bytes
         # xid -> reasons of its changes that went to the DLQ; consumed when its END is sent.
         self._dead_lettered: dict[str, list[str]] = {}
+        # Held ENDs that took such reasons: (hold number, xid, reasons), so that one the producer gives
+        # back unsent (reclaim_held) says them again when it goes the usual way.
+        self._held_marks: deque[tuple[int, str, list[str]]] = deque()
+        self._holds = 0  # hold_transaction calls so far
         # The delivery callbacks of the last on_ack seen (the emitter passes one for every output).
         self._reports_for: AckCallback | None = None
         self._change_report: Any = None
@@ -126,8 +131,17 @@ class KafkaSink:
     def hold_transaction(self, key: bytes, value: bytes, on_ack: AckCallback) -> None:
         """An END that the native producer sends once every record produced before it is acknowledged
         (NativeProducer.hold; the emitter's hold_ends). A change dead-lettered by then is in it."""
+        self._holds += 1
+        xid = key.decode(errors="replace") if self._dead_lettered else None
+        reasons = self._dead_lettered.get(xid) if xid is not None else None
         value = self._transaction_value(key, value, on_ack)
         self.producer.hold(self.transactions_topic, value, key, self._transaction_report)
+        if reasons and xid not in self._dead_lettered:  # this END took them
+            marks = self._held_marks
+            released = self._holds - len(self.producer)  # held records go in order: these went
+            while marks and marks[0][0] <= released:
+                marks.popleft()
+            marks.append((self._holds, xid, reasons))
 
     def _transaction_value(self, key: bytes, value: bytes, on_ack: AckCallback) -> bytes:
         """The record as it goes out (an END marked with its dead-lettered changes); on_ack's reports set."""
@@ -140,8 +154,16 @@ class KafkaSink:
         return value
 
     def reclaim_held(self) -> int:
-        """How many held ENDs the producer gave back unsent, after a failure report (the last held)."""
-        return int(self.producer.reclaim_held())
+        """How many held ENDs the producer gave back unsent, after a failure report (the last held).
+        Their dead-letter reasons go back with them, for the END that the emitter sends instead."""
+        taken = int(self.producer.reclaim_held())
+        if taken:
+            first = self._holds - taken + 1
+            for number, xid, reasons in self._held_marks:
+                if number >= first:
+                    self._dead_lettered[xid] = reasons + self._dead_lettered.get(xid, [])
+            self._held_marks.clear()  # the others went, with their reasons
+        return taken
 
     def _oversized_change(self, key: bytes, value: bytes | None, exc: RecordTooLarge, on_ack: AckCallback) -> None:
         if self.oversized == "fail":
@@ -252,6 +274,7 @@ class KafkaSink:
         reasons are emitted again after the rewind: kept, those reasons would be counted twice in
         their END, or stick to a transaction another instance finishes."""
         self._dead_lettered.clear()
+        self._held_marks.clear()
         del self.outcome_errors[:]
         del self.dlq.errors[:]
 

@@ -235,3 +235,83 @@ def test_a_flush_settles_held_ends_too():
     assert emitter.advance(settled=producer.flush() == 0) == 0  # the changes; the END is held now
     assert producer.sent[-1] == "END:a"  # released at once: everything before it is acknowledged
     assert emitter.advance(settled=producer.flush() == 0) == 1 and not engine.pending
+
+
+class SinkProducer:
+    """What KafkaSink needs of NativeProducer's holds: records held in order, released once their
+    changes are acknowledged, or given back (reclaim_held) after a failure report."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.held: list[bytes] = []
+
+    def produce(self, topic, value=None, key=None, *_args, **_kwargs):
+        self.sent.append(value)
+
+    def hold(self, topic, value, key, on_delivery=None):
+        self.held.append(value)
+
+    def release(self) -> None:
+        self.sent += self.held
+        self.held = []
+
+    def reclaim_held(self) -> int:
+        taken, self.held = len(self.held), []
+        return taken
+
+    def poll(self, _timeout=None):
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+
+def _kafka_sink() -> tuple:
+    from processor.kafka.produce import RecordTooLarge
+    from processor.kafka.sink import KafkaSink
+
+    from .test_eos_abort import end_of
+
+    producer = SinkProducer()
+    sink = KafkaSink(producer, "changes", "transactions", "dlq")
+
+    def dead_letter(xid: str) -> None:
+        change = {"source": {"xid": xid}, "event_id": f"1:10:{xid}:1"}
+        sink._dead_letter_change(b"k", b"v", change, RecordTooLarge("changes", 2_000_000), lambda _err: None)
+
+    def hold(xid: str) -> None:
+        sink.hold_transaction(xid.encode(), end_of(xid), lambda _err: None)
+
+    def send(xid: str) -> dict:
+        sink.send_transaction(xid.encode(), end_of(xid), lambda _err: None)
+        return ev.decode_transaction(producer.sent[-1])
+
+    return producer, sink, dead_letter, hold, send
+
+
+def test_a_held_end_given_back_says_its_dead_lettered_change_when_it_is_sent_again():
+    producer, sink, dead_letter, hold, send = _kafka_sink()
+    dead_letter("big")
+    hold("big")
+    assert ev.decode_transaction(producer.held[0])["reason"].startswith("1 change(s) dead-lettered")
+    assert sink.reclaim_held() == 1  # a failure report stopped the releases: the END comes back unsent
+    assert send("big")["reason"].startswith("1 change(s) dead-lettered: record too large")
+
+
+@pytest.mark.parametrize("marked_after", [False, True], ids=["then-unmarked", "then-marked"])
+def test_only_the_held_ends_given_back_take_their_reasons_back(marked_after):
+    """a's END went with its reason, then later ENDs come back. A marked hold after a's drops a's mark
+    from the sink's list (it went); without one the list still has it, and the reclaim must skip it."""
+    producer, sink, dead_letter, hold, send = _kafka_sink()
+    dead_letter("a")
+    hold("a")
+    producer.release()  # a's END went, with its reason
+    if marked_after:
+        dead_letter("b")
+        hold("b")
+    hold("c")
+    assert sink.reclaim_held() == (2 if marked_after else 1)
+    assert not send("a").get("reason")  # a's reason is not said twice
+    if marked_after:
+        assert send("b")["reason"].startswith("1 change(s) dead-lettered")
+    assert not send("c").get("reason")
