@@ -209,11 +209,10 @@ class AtLeastOnce:
         emitter, producer = self.emitter, self.producer
         if emitter.unsettled and backlog and self.by_epoch:
             if len(producer) < IN_FLIGHT_LIMIT:
-                producer.poll(0)  # takes in the reports; failures are reported before their epoch settles
                 if self.holds_ends:  # the batch's ENDs are held in advance(), and sealed with its changes
-                    emitter.advance(through=producer.settled_epoch())
-                    emitter.seal(producer.next_epoch())
+                    self._settle_by_holds(send_now=False)  # under a backlog linger.ms makes larger requests
                 else:  # the ENDs advance() sends go in the next group: this batch's changes settle apart
+                    producer.poll(0)  # takes in the reports; failures are reported before their epoch settles
                     emitter.seal(producer.next_epoch())
                     emitter.advance(through=producer.settled_epoch())
                 self.deferred_settlements += 1
@@ -248,16 +247,17 @@ class AtLeastOnce:
         self._last_settled = time.monotonic()
         self._deferred_last = False
 
-    def _settle_by_holds(self) -> None:
-        """Below a backlog, with ENDs held (NativeProducer.hold): no wait. The producer sends each END
-        as its changes are acknowledged; this settles what the broker acknowledged so far, and kicks
-        the sending thread, which also serves the acknowledgements that release the ENDs."""
+    def _settle_by_holds(self, send_now: bool = True) -> None:
+        """With ENDs held (NativeProducer.hold): no wait. The producer sends each END as its changes are
+        acknowledged; this settles what the broker acknowledged so far, holds the ENDs the batch
+        released and seals them with its changes. Below a backlog it also kicks the sending thread,
+        which serves the acknowledgements that release the ENDs."""
         emitter, producer = self.emitter, self.producer
         producer.poll(0)  # failure reports first: advance raises for any before its epoch counts
         emitter.advance(through=producer.settled_epoch())
         if emitter.unsealed:
             emitter.seal(producer.next_epoch())
-        if emitter.unsettled:
+        if send_now and emitter.unsettled:
             producer.send_now()
 
     def _settle_changes_send_ends(self) -> None:

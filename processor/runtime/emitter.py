@@ -203,12 +203,12 @@ class Emitter:
         if not taken:
             return
         order = self._held_order
-        back = [order.pop() for _ in range(min(taken, len(order)))][::-1]
+        back = [order.pop() for _ in range(min(taken, len(order)))]  # the last held first
         gone = set(back)
         self._held = [em for em in self._held if em not in gone]
         self._sealed = deque((epoch, ems, [em for em in held if em not in gone]) for epoch, ems, held in self._sealed)
         live = set(self.queue)  # a revoked partition's emissions are resumed by the store, elsewhere
-        for em in reversed(back):
+        for em in back:  # appendleft from the last held: _to_end gets them back in hold order
             if em in live:
                 self._to_end.appendleft(em)
                 self._send_directly.add(em)
