@@ -41,6 +41,36 @@ def watch_broker(pid: int | None) -> None:
     _broker_pid = pid
 
 
+# HotSpot's JIT compiler threads, by their names in /proc (a thread's comm is cut to 15 bytes).
+_JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def broker_jit_cpu_s(pid: int | None = None) -> float | None:
+    """CPU seconds the broker's JIT compiler threads have used since it started (None: no broker, or
+    no /proc). They compete with the processor for the machine's two cores while Kafka's hot paths
+    are being compiled: the first minute or two under load, more than half a core at times."""
+    pid = pid or _broker_pid
+    if pid is None:
+        return None
+    ticks = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith(_JIT_THREADS):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a compiler thread the JVM stopped meanwhile
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / _CLOCK_TICKS
+
+
 class RssSampler(threading.Thread):
     """Peak resident set size of a process and its descendants."""
 
@@ -129,6 +159,7 @@ class ProcResult:
     cpu_after_join_s: float | None = None  # CPU seconds from the last assignment to done
     cpu_main_after_join_s: float | None = None  # of which the main thread's (the Python loop)
     cpu_broker_after_join_s: float | None = None  # the embedded broker's over the same span
+    broker_jit_cpu_s: float | None = None  # the broker's JIT compiler threads', over the whole run
 
     def first(self, event: str) -> float | None:
         ts = self.markers.get(event)
@@ -177,6 +208,7 @@ class Proc:
             ]
         self.cmd = cmd
         self.started = time.monotonic()
+        self.jit_at_start = broker_jit_cpu_s()
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
@@ -254,7 +286,9 @@ class Proc:
         cpu = self.rss.cpu_between(start, done)
         cpu_main = self.rss.cpu_between(start, done, column=2)
         cpu_broker = self.rss.cpu_between(start, done, column=3) if self.rss.broker is not None else None
-        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu, cpu_main, cpu_broker)
+        jit_now = broker_jit_cpu_s()
+        jit = None if jit_now is None or self.jit_at_start is None else jit_now - self.jit_at_start
+        return ProcResult(rc, wall, self.rss.peak, markers, summary, self.tail, cpu, cpu_main, cpu_broker, jit)
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0):
