@@ -36,19 +36,19 @@ def _write_records(path: Path, shape: str, events: int, avg: int) -> None:
     path.write_bytes(pickle.dumps([[(o, k, v) for o, (k, v) in enumerate(run)] for run in (small, big)]))
 
 
-def _run(path: str, which: int, batch: int, stage_horizon: int) -> None:
+def _run(path: str, which: int, batch: int, stage_horizon: int, hold_ends: int) -> None:
     """The measured child: load and build every record of both runs (the same work at both sizes, so
     it cancels out), then one pass of the loop over run `which` (0 small, 1 big)."""
     runs = [[consumed(o, k, v) for o, k, v in run] for run in pickle.loads(Path(path).read_bytes())]
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)  # as the runner
-    _run_once(runs[which], batch, stage_horizon)
+    _run_once(runs[which], batch, stage_horizon, bool(hold_ends))
 
 
 def _instructions(path: Path, which: int, a: argparse.Namespace, out: Path) -> int:
     subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", "bench.instructions",
-         "--child", str(path), str(which), str(a.batch), str(a.stage_horizon)],
+         "--child", str(path), str(which), str(a.batch), str(a.stage_horizon), str(int(a.ends == "held"))],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # str hashes, and so dict probing, the same every run
     )  # fmt: skip
@@ -60,7 +60,7 @@ def _instructions(path: Path, which: int, a: argparse.Namespace, out: Path) -> i
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        _run(sys.argv[2], *map(int, sys.argv[3:6]))
+        _run(sys.argv[2], *map(int, sys.argv[3:7]))
         return
     p = argparse.ArgumentParser(prog="bench.instructions")
     p.add_argument("--events", type=int, default=120_000)
@@ -79,6 +79,9 @@ def main() -> None:
         help="records per engine per batch (bench.run's 5000-record polls over 4 partitions: ~1250 each)",
     )
     p.add_argument("--stage-horizon", type=int, default=STAGE_HORIZON, help="0: open transactions go to the store")
+    p.add_argument(
+        "--ends", choices=("held", "sent"), default="held", help="bench.steady_inproc's --ends (held: at_least_once's)"
+    )
     a = p.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (apt-get install valgrind)")
@@ -92,7 +95,7 @@ def main() -> None:
     shape = f"avg {a.avg} changes" if a.shape == "steady" else "many_open"
     print(
         f"{per_event:,.0f} instructions per event (callgrind, {small:,} -> {big:,} events, {shape}, batch {a.batch}, "
-        f"stage horizon {a.stage_horizon})"
+        f"stage horizon {a.stage_horizon}, ENDs {a.ends})"
     )
 
 

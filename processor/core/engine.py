@@ -468,11 +468,28 @@ class PartitionEngine:
 
     def acknowledged(self, txn: Txn) -> Finished:
         """Every output of a committed transaction is acknowledged: drop its buffered events."""
-        if self.pending.pop(txn.xid, None) is not None and txn.staged is None:
-            self._stored_pending -= 1
-        self._drop_all(txn)
+        self.acknowledged_all((txn,))
         assert txn.commit is not None
-        return self._finish(txn.xid, txn.commit.offset, COMMITTED)
+        return _finished(self.partition, txn.xid, txn.commit.offset, COMMITTED)
+
+    def acknowledged_all(self, txns: Iterable[Txn]) -> None:
+        """acknowledged() of each of txns, in order, without a Finished action each: the emitter
+        finishes what a settlement acknowledged in one call per engine. Per transaction, the calls
+        and lookups of acknowledged() cost more than its work (~3 µs a transaction, ~75k
+        transactions a second at steady: docs/benchmarks.md, session 51)."""
+        pending, finished = self.pending, []
+        for txn in txns:
+            if txn.staged is not None:  # the common case: _drop_all's, inline
+                txn.staged = None
+                txn.events = txn.bytes = 0
+                pending.pop(txn.xid, None)
+            else:
+                if pending.pop(txn.xid, None) is not None:
+                    self._stored_pending -= 1
+                self._drop_all(txn)
+            assert txn.commit is not None
+            finished.append((txn.xid, txn.commit.offset))
+        self._finish_all(finished, COMMITTED)
 
     def abandon_older_than(self, max_age_ms: int) -> list[DeadLetter | Finished]:
         """Retention policy: open transactions older than max_age_ms in source time (the partition's
@@ -608,20 +625,33 @@ class PartitionEngine:
         return codec.staged_range(staged, begin, end)
 
     def _finish(self, xid: str, offset: int, outcome: str) -> Finished:
-        self.completed[xid] = (offset, outcome)
-        fifo_key = keys.fifo_key(self.partition, offset, xid)
-        self._fifo_append(offset, xid, fifo_key)
-        self.batch.put(fifo_key, _OUTCOME_BYTES.get(outcome) or outcome.encode())
-        if xid in self._meta_stored:  # its metadata goes; one never stored has none (and most are not)
-            self._dirty.add(xid)
+        self._finish_all(((xid, offset),), outcome)
         return _finished(self.partition, xid, offset, outcome)
 
-    def _fifo_append(self, offset: int, xid: str, fifo_key: bytes) -> None:
-        self.fifo.append((offset, xid, fifo_key))
-        mins = self._fifo_mins
-        while mins and mins[-1] > offset:  # never the smallest again while this entry is kept
-            mins.pop()
-        mins.append(offset)
+    def _finish_all(self, finished: Iterable[tuple[str, int]], outcome: str) -> None:
+        """Record each (xid, offset) as finished with `outcome`: the completed index, its FIFO entry
+        and key in the store."""
+        completed, partition, put, meta_stored = self.completed, self.partition, self.batch.put, self._meta_stored
+        value = _OUTCOME_BYTES.get(outcome) or outcome.encode()
+        fifo_key_of, entries = keys.fifo_key, []
+        for xid, offset in finished:
+            completed[xid] = (offset, outcome)
+            fifo_key = fifo_key_of(partition, offset, xid)
+            entries.append((offset, xid, fifo_key))
+            put(fifo_key, value)
+            if xid in meta_stored:  # its metadata goes; one never stored has none (and most are not)
+                self._dirty.add(xid)
+        self._fifo_extend(entries)
+
+    def _fifo_extend(self, entries: Iterable[tuple[int, str, bytes]]) -> None:
+        """FIFO entries (offset, xid, fifo_key), in the order their transactions finished."""
+        fifo, mins = self.fifo, self._fifo_mins
+        for entry in entries:
+            fifo.append(entry)
+            offset = entry[0]
+            while mins and mins[-1] > offset:  # never the smallest again while this entry is kept
+                mins.pop()
+            mins.append(offset)
 
     def _dead(self, offset: int, key: bytes | None, value: bytes | None, reason: str) -> list[Action]:
         self.stats.dead_letters += 1
@@ -809,10 +839,12 @@ class PartitionEngine:
         eng._meta_stored = set(eng.open) | set(eng.pending)
         if eng._replay_to:  # a staged transaction's markers come back with its re-read records
             eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._meta_stored}
+        entries = []
         for fkey, outcome in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
             offset, xid = keys.fifo_decode(fkey)
-            eng._fifo_append(offset, xid, fkey)
+            entries.append((offset, xid, fkey))
             eng.completed[xid] = (offset, outcome.decode())  # in completion order: the newest entry wins
+        eng._fifo_extend(entries)
         return eng
 
     @staticmethod

@@ -132,6 +132,9 @@ class KafkaSink:
         """An END that the native producer sends once every record produced before it is acknowledged
         (NativeProducer.hold; the emitter's hold_ends). A change dead-lettered by then is in it."""
         self._holds += 1
+        if not self._dead_lettered and on_ack is self._reports_for:  # the common case: the END as it is
+            self.producer.hold(self.transactions_topic, value, key, self._transaction_report)
+            return
         xid = key.decode(errors="replace") if self._dead_lettered else None
         reasons = self._dead_lettered.get(xid) if xid is not None else None
         value = self._transaction_value(key, value, on_ack)

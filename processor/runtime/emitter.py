@@ -233,16 +233,23 @@ class Emitter:
         if ended and self._settled():  # a synchronous sink: the ENDs are acknowledged already
             self.raise_failures()
             self.settle()
-        finished = 0
-        queue = self.queue
+        queue, done = self.queue, []
         while queue and queue[0].end_acked:
-            em = queue.popleft()
-            em.engine.acknowledged(em.txn)
-            self.transactions_emitted += 1
-            finished += 1
-            if self.on_complete is not None:
+            done.append(queue.popleft())
+        if not done:
+            return 0
+        # One call per engine (a partition's transactions finish in their release order there),
+        # not one per transaction.
+        engines = {em.engine for em in done}
+        for engine in engines:
+            engine.acknowledged_all(
+                [em.txn for em in done if em.engine is engine] if len(engines) > 1 else [em.txn for em in done]
+            )
+        self.transactions_emitted += len(done)
+        if self.on_complete is not None:
+            for em in done:
                 self.on_complete(em)
-        return finished
+        return len(done)
 
     def _send_ends(self) -> bool:
         """Send the END of each emission, in release order, whose changes are all sent and, unless
@@ -251,17 +258,17 @@ class Emitter:
         to_end, wait_for_acks = self._to_end, self.end_waits_for_acks
         ended = False
         direct = self._send_directly
+        if self.hold_ends:  # bound once: a batch holds the END of each transaction it released
+            held, held_order, hold = self._held, self._held_order, self.sink.hold_transaction
         while to_end:
             em = to_end[0]
             if not em.all_sent:
                 break
             if self.hold_ends and not (direct and em in direct):
                 to_end.popleft()
-                self._held.append(em)
-                self._held_order.append(em)
-                self.sink.hold_transaction(
-                    em.txn.xid.encode(), em.transaction_bytes("END", self.ordering), self._failed
-                )
+                held.append(em)
+                held_order.append(em)
+                hold(em.txn.xid.encode(), em.transaction_bytes("END", self.ordering), self._failed)
                 continue
             if wait_for_acks and not em.changes_settled:
                 break  # later ENDs wait, so END order follows commit order
