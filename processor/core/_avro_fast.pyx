@@ -41,6 +41,7 @@ cdef extern from "Python.h":
     Py_ssize_t PyList_GET_SIZE(object)
     PyObject* PyList_GET_ITEM(object, Py_ssize_t)
     Py_ssize_t PyDict_Size(object)
+    int PyUnicode_Compare(object, object) except? -1
 
 
 include "_schema_tree.pxi"

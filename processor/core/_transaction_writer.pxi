@@ -24,12 +24,49 @@ cdef inline int _w_opt_long(Writer* w, object v, bint int32) except -1:
     return w_long(w, n)
 
 
+cdef enum:
+    _FEW_TABLES = 16  # an END's data_collections sorted in place up to this many tables
+
+
+cdef int _write_few_tables(Writer* w, dict tables, Py_ssize_t count) except -1:
+    """The data_collections entries of an END, in name order, from a dict of up to _FEW_TABLES str
+    names and int tallies, sorted in C: sorted(tables.items()) built a list of tuples and sorted
+    it, ~2,300 instructions per END, a third of a transaction's BEGIN and END. 1, having written
+    nothing, when a name or a tally is of another type: the caller takes the general path. 2 when a
+    name cannot be written (a lone surrogate): the whole record goes to the fallback, as it would."""
+    cdef PyObject* names[_FEW_TABLES]
+    cdef int64_t tallies[_FEW_TABLES]
+    cdef PyObject* key
+    cdef PyObject* value
+    cdef PyObject* held_name
+    cdef int64_t held_tally
+    cdef Py_ssize_t pos = 0, i = 0, j
+    while PyDict_Next(tables, &pos, &key, &value):
+        if not PyUnicode_CheckExact(<object>key) or not exact_int64(<object>value, &tallies[i]):
+            return 1
+        names[i] = key
+        i += 1
+    for i in range(1, count):  # insertion sort: str keys of a dict are distinct, code point order as sorted()
+        held_name, held_tally = names[i], tallies[i]
+        j = i - 1
+        while j >= 0 and PyUnicode_Compare(<object>names[j], <object>held_name) > 0:
+            names[j + 1], tallies[j + 1] = names[j], tallies[j]
+            j -= 1
+        names[j + 1], tallies[j + 1] = held_name, held_tally
+    for i in range(count):
+        if w_str(w, <object>names[i]):
+            return 2
+        w_long(w, tallies[i])
+    return 0
+
+
 cdef int _write_transaction(
     Writer* w, object status, object xid, object scn, object ts_ms, object thread, object event_count,
     object tables, object partition, object offset, object ordering,
 ) except -1:
     cdef int64_t n
     cdef Py_ssize_t count, i
+    cdef int k
     cdef list items
     if status == "BEGIN":
         w_long(w, 0)
@@ -56,13 +93,17 @@ cdef int _write_transaction(
         w_long(w, 1)
         count = PyDict_Size(tables)
         if count:
-            items = sorted(tables.items())
             w_long(w, count)
-            for i in range(count):
-                name, tally = items[i]
-                if w_str(w, name) or not exact_int64(tally, &n):
-                    return 1
-                w_long(w, n)
+            k = 1 if count > _FEW_TABLES else _write_few_tables(w, tables, count)
+            if k == 2:
+                return 1
+            if k == 1:
+                items = sorted(tables.items())
+                for i in range(count):
+                    name, tally = items[i]
+                    if w_str(w, name) or not exact_int64(tally, &n):
+                        return 1
+                    w_long(w, n)
         w_long(w, 0)
     else:
         return 1

@@ -318,6 +318,25 @@ def test_transaction_bytes_are_the_encoded_record_byte_for_byte(fields):
     assert outcome(fast_module.transaction_bytes, *fields) == reference
 
 
+# An END's data_collections: up to 16 tables are sorted by name in C, more by sorted(). Names that
+# differ only late, by case, by code points past the BMP, or hold a lone surrogate (fastavro's error).
+table_names = st.one_of(
+    texts,
+    st.text(alphabet="aAbB_.\u00e9\U0001f600", min_size=1, max_size=6),
+    st.sampled_from(["orders", "orders_", "Orders", "order", "\ud800x"]),
+)
+
+
+@PROPS
+@given(st.dictionaries(table_names, longs | st.sampled_from([True, 2**63]), min_size=2, max_size=20))
+@example({f"t{i:02d}": i for i in range(17)})
+@example({"b": 1, "a": 2, "\U0001f600": 3, "\uffff": 4, "": 5})
+def test_end_data_collections_are_in_name_order_byte_for_byte(tables):
+    fields = ("END", "x", 1, 2, 1, sum(t for t in tables.values() if type(t) is int) % 2**62, tables, 0, 9, None)
+    reference = outcome(lambda: ref_encode("transaction_event", ev.transaction_record(*fields)))
+    assert outcome(fast_module.transaction_bytes, *fields) == reference
+
+
 # ----------------------------------------------------------------------------- decode
 
 
