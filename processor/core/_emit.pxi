@@ -72,6 +72,10 @@ cdef object _table_str(const char* p, Py_ssize_t n):
     return t
 
 
+cdef enum:
+    _TALLIES = 8  # tables counted in C per ChangeStream before their counts go to its dict
+
+
 cdef enum:  # ChangeStream._write_in_place's outcomes
     IN_PLACE_WRITTEN, IN_PLACE_FRAGMENT, IN_PLACE_GENERAL
 
@@ -81,7 +85,12 @@ cdef class ChangeStream:
 
     cdef readonly ChangeWriter writer
     cdef public Py_ssize_t produced     # total_order of the last change numbered
-    cdef readonly dict tables           # table ("" for none) -> changes numbered
+    cdef dict _tables                   # table ("" for none) -> changes numbered, up to _sync_tables
+    # Counts not yet in _tables, per table: a change is counted here, in C, and _tables gets them when
+    # read (the tables property). A count in the dict was a lookup, an int and a store per change.
+    cdef PyObject* _tally_names[_TALLIES]  # owned
+    cdef int64_t _tally_counts[_TALLIES]  # the table's count: what _tables had, plus those since
+    cdef int _tallies
     cdef list _vals                     # the prefix fields of the event being encoded
     cdef public Py_ssize_t sent         # changes send_all handed to send
     cdef public object last_seq         # seq of the last of them (set by the caller before)
@@ -91,7 +100,31 @@ cdef class ChangeStream:
     cdef int64_t _out_seq
 
     def __init__(self, ChangeWriter writer not None, Py_ssize_t produced, dict tables not None):
-        self.writer, self.produced, self.tables = writer, produced, tables
+        self._drop_tallies()
+        self.writer, self.produced, self._tables = writer, produced, tables
+
+    def __dealloc__(self):
+        self._drop_tallies()
+
+    @property
+    def tables(self):
+        """table ("" for none) -> changes numbered. The dict itself: what is done to it counts."""
+        self._sync_tables()
+        return self._tables
+
+    cdef void _drop_tallies(self) noexcept:
+        cdef int k
+        for k in range(self._tallies):
+            Py_DECREF(<object>self._tally_names[k])
+        self._tallies = 0
+
+    cdef int _sync_tables(self) except -1:
+        """The counts kept in C into _tables; then none kept, so a change to the dict is seen."""
+        cdef int k
+        for k in range(self._tallies):
+            PyDict_SetItem(self._tables, <object>self._tally_names[k], PyLong_FromLongLong(self._tally_counts[k]))
+        self._drop_tallies()
+        return 0
 
     cpdef tuple number(self, table):
         """(total_order, data_collection_order) of the next change of `table`."""
@@ -103,16 +136,29 @@ cdef class ChangeStream:
         """number() for the C path: the two positions written to C variables, no tuple."""
         cdef object t = table or ""
         cdef PyObject* held
-        cdef int64_t count
-        if self.tables is None:
+        cdef int k = 0
+        if self._tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
-        held = PyDict_GetItem(self.tables, t)
-        count = 1 if held == NULL else <int64_t>(<object>held) + 1
-        PyDict_SetItem(self.tables, t, PyLong_FromLongLong(count))
+        while k < self._tallies and self._tally_names[k] != <PyObject*>t:  # the same str: _table_str's
+            k += 1
+        if k == self._tallies:  # not by identity: by value, else a new tally from the dict's count
+            k = 0
+            while k < self._tallies and not (<object>self._tally_names[k] == t):
+                k += 1
+            if k == self._tallies:
+                if k == _TALLIES:
+                    self._sync_tables()
+                    k = 0
+                held = PyDict_GetItem(self._tables, t)
+                self._tally_counts[k] = 0 if held == NULL else <int64_t>(<object>held)
+                Py_INCREF(t)
+                self._tally_names[k] = <PyObject*>t
+                self._tallies = k + 1
+        self._tally_counts[k] += 1
         self._counted = t
         self.produced += 1
         total_order[0] = self.produced
-        collection_order[0] = count
+        collection_order[0] = self._tally_counts[k]
         return 0
 
     def send_all(self, pairs, send, failed, tombstone_after, direct=None):
@@ -128,7 +174,7 @@ cdef class ChangeStream:
         (it waits for room, handles an oversized record, or raises the error itself)."""
         cdef object call = None, a = None, b = None
         cdef const ChangeSender* cs = _c_sender(direct)
-        if self.writer is None or self.tables is None:
+        if self.writer is None or self._tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
         if direct is not None and cs == NULL:
             call, a, b = direct
@@ -151,7 +197,7 @@ cdef class ChangeStream:
         cdef bint first = True
         cdef object call = None, a = None, b = None, raw
         cdef const ChangeSender* cs = _c_sender(direct)
-        if self.writer is None or self.tables is None:
+        if self.writer is None or self._tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
         while PyDict_Next(staged, &pos, &k, &v):  # a pass without side effects: in order?
             klen = PyBytes_GET_SIZE(<object>k) if type(<object>k) is bytes else -1
@@ -258,7 +304,7 @@ cdef class ChangeStream:
     def next(self, bytes raw not None):
         """(kafka_key, value, seq, table or "", op) of one buffered event; None for a fragment
         (merged into its change by the fragment path, never emitted alone)."""
-        if self.writer is None or self.tables is None:
+        if self.writer is None or self._tables is None:
             raise RuntimeError("ChangeStream.__init__ was not called")
         return self._next(raw, False)
 
