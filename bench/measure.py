@@ -46,29 +46,34 @@ _JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_s(pid: int) -> dict[str, tuple[str, float]]:
+    """Each thread of a process: tid -> (its name, CPU seconds since it started), from /proc ({} when
+    the process is gone). A thread that ends meanwhile is left out."""
+    out: dict[str, tuple[str, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        out[tid] = (comm, (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS)  # utime, stime
+    return out
+
+
 def broker_jit_cpu_s(pid: int | None = None) -> float | None:
     """CPU seconds the broker's JIT compiler threads have used since it started (None: no broker, or
     no /proc). They compete with the processor for the machine's two cores while Kafka's hot paths
     are being compiled: the first minute or two under load, more than half a core at times."""
     pid = pid or _broker_pid
-    if pid is None:
+    if pid is None or not os.path.isdir(f"/proc/{pid}"):
         return None
-    ticks = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if not f.read().startswith(_JIT_THREADS):
-                    continue
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # a compiler thread the JVM stopped meanwhile
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return ticks / _CLOCK_TICKS
+    return sum(cpu for comm, cpu in thread_cpu_s(pid).values() if comm.startswith(_JIT_THREADS))
 
 
 class RssSampler(threading.Thread):

@@ -41,6 +41,8 @@ from typing import Any
 
 import structlog
 
+from bench.measure import thread_cpu_s
+
 log = structlog.get_logger(__name__)
 
 
@@ -381,21 +383,7 @@ class JvmCpuSampler:
         self._thread.start()
 
     def _threads(self) -> dict[str, tuple[str, float]]:
-        out = {}
-        try:
-            tids = os.listdir(f"/proc/{self.pid}/task")
-        except OSError:
-            return out
-        for tid in tids:
-            try:
-                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue  # the thread ended
-            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat.rsplit(")", 1)[1].split()
-            out[tid] = (comm, (int(fields[11]) + int(fields[12])) / self.tick)
-        return out
+        return thread_cpu_s(self.pid)
 
     def _run(self) -> None:
         while not self._stop.is_set():

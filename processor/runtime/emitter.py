@@ -240,11 +240,8 @@ class Emitter:
             return 0
         # One call per engine (a partition's transactions finish in their release order there),
         # not one per transaction.
-        engines = {em.engine for em in done}
-        for engine in engines:
-            engine.acknowledged_all(
-                [em.txn for em in done if em.engine is engine] if len(engines) > 1 else [em.txn for em in done]
-            )
+        for engine in {em.engine for em in done}:
+            engine.acknowledged_all([em.txn for em in done if em.engine is engine])
         self.transactions_emitted += len(done)
         if self.on_complete is not None:
             for em in done:
