@@ -20,7 +20,7 @@ from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_FromLongLong
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 

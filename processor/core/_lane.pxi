@@ -610,8 +610,8 @@ cdef Py_ssize_t _buffer_changes(engine, list records, const RawRecordView* recs,
                 break  # not a RawEvent: apply() dead-letters it
             kind = LANE_OP[f.op]
             seq = f.seq
-            if kind == O_NONE or f.xid_n == 0 or seq < 0:
-                break
+            if kind == O_NONE or f.xid_n == 0 or seq < 0 or f.thread != <int32_t>f.thread:
+                break  # apply() dead-letters it (validation.validate)
             if kind == O_CHANGE and (f.undo or f.table == NULL or f.table_n == 0 or not f.has_key):
                 break
             if key_n >= 0 and (key_n != f.xid_n or memcmp(key_at, f.xid, f.xid_n) != 0):

@@ -5,12 +5,18 @@ from __future__ import annotations
 from processor.core import events as ev
 from processor.core.codec import RawFields
 
+# thread is an Avro int: a varint beyond 32 bits decodes (fastavro does not range-check it) but
+# cannot be written into a change_event, so it is refused here, where fastavro.validation refuses it.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
 
 def validate(e: RawFields) -> str | None:
     """Why an event that decoded is still unusable, or None."""
     op = e["op"]
     if e["seq"] < 0:
         return f"negative seq {e['seq']}"
+    if not INT_MIN <= e["thread"] <= INT_MAX:
+        return f"thread {e['thread']} is out of the Avro int range"
     if op != ev.HEARTBEAT and not e["xid"]:
         return f"{op} without xid"
     if e["undo"] and op in ev.CHANGE_OPS:  # an undo flag on any other op changes nothing: check it as usual

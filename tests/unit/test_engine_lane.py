@@ -188,7 +188,8 @@ def native(request):
 
 
 @pytest.mark.parametrize(
-    "bad", ["garbage", "trailing", "truncated", "bad_utf8", "null_table", "no_key", "empty_xid", "misplaced"]
+    "bad",
+    ["garbage", "trailing", "truncated", "bad_utf8", "null_table", "no_key", "empty_xid", "misplaced", "wide_thread"],
 )
 def test_the_lane_hands_back_every_record_apply_dead_letters(bad, txn_access, native):
     """Amid plain changes of an open transaction the lane would take, a bad one goes to apply(): one
@@ -210,6 +211,8 @@ def test_the_lane_hands_back_every_record_apply_dead_letters(bad, txn_access, na
         value = ev.encode_raw({**change, "seq": 3, "key": {}})
     elif bad == "empty_xid":
         value, key = ev.encode_raw({**change, "seq": 3, "xid": ""}), None
+    elif bad == "wide_thread":  # thread is an Avro int: a wider varint decodes, but is refused
+        value = ev.encode_raw({**change, "seq": 3, "thread": 2**35})
     else:
         key = b"elsewhere"
     records = [
