@@ -33,7 +33,7 @@ cdef enum LaneRead:
     L_SKIP, L_XID, L_OP, L_SEQ, L_SCN, L_THREAD, L_TS_MS, L_UNDO, L_TABLE, L_ROW_ID, L_SUBXID, L_USER,
     L_CLIENT, L_ATTRS, L_KEY
 cdef enum LaneOp:
-    O_NONE, O_CHANGE, O_BEGIN, O_COMMIT
+    O_NONE, O_CHANGE, O_BEGIN, O_COMMIT, O_ROLLBACK
 cdef int LANE_READ[MAX_FIELDS]
 cdef int LANE_OP[256]  # op enum index -> what the lane does with it
 cdef bint LANE_READY = False
@@ -141,8 +141,8 @@ cdef inline int _txn_set(object txn, bint slots, int i, object value) except -1:
     return 0
 
 
-def enable_lane(row_ops, str begin, str commit):
-    """Arm the lane with the RawEvent ops it applies (events.ROW_OPS, BEGIN, COMMIT). The RawEvent
+def enable_lane(row_ops, str begin, str commit, str rollback):
+    """Arm the lane with the RawEvent ops it applies (events.ROW_OPS, BEGIN, COMMIT, ROLLBACK). The RawEvent
     codec must exist: the lane reads the fields it needs straight from the bytes, so their types are
     checked here."""
     global LANE_READY
@@ -169,7 +169,8 @@ def enable_lane(row_ops, str begin, str commit):
     changes = frozenset(row_ops)
     for k in range(256):
         op = symbols[k] if k < len(symbols) else None
-        LANE_OP[k] = O_CHANGE if op in changes else O_BEGIN if op == begin else O_COMMIT if op == commit else O_NONE
+        LANE_OP[k] = (O_CHANGE if op in changes else O_BEGIN if op == begin else O_COMMIT if op == commit
+                      else O_ROLLBACK if op == rollback else O_NONE)
     LANE_READY = True
 
 
@@ -570,7 +571,8 @@ cdef Py_ssize_t _buffer_changes(engine, list records, const RawRecordView* recs,
         # each record; a record of another type is left to the Python path.
         record_type = type(records[i])
         offset_of, key_of, value_of = record_type.offset, record_type.key, record_type.value
-    open_txn, commit_txn = engine._open, engine._commit  # bound once, not at each BEGIN and COMMIT
+    # bound once, not at each BEGIN, COMMIT and ROLLBACK
+    open_txn, commit_txn, rollback_txn = engine._open, engine._commit, engine._rollback
     partition = engine.partition
     if type(partition) is not int or not 0 <= partition <= 0xFFFFFFFF:  # else the Python path (keys.txn_prefix)
         return i
@@ -634,6 +636,12 @@ cdef Py_ssize_t _buffer_changes(engine, list records, const RawRecordView* recs,
                                    and not _txn_get(txn, type(txn) is TXN_TYPE, T_IDENTITY_SEEN)):
                     break
                 actions.extend(commit_txn(txn, offset, f.scn, ts, f.thread))
+            elif kind == O_ROLLBACK:  # of an open transaction; any other is the Python path's
+                txn = open_txns.get(xid)
+                if txn is None or ((f.user != NULL or f.client != NULL)
+                                   and not _txn_get(txn, type(txn) is TXN_TYPE, T_IDENTITY_SEEN)):
+                    break
+                actions.append(rollback_txn(txn, offset, f.scn))
             if ts > last_ts:
                 last_ts = ts
             if kind != O_CHANGE:

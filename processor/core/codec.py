@@ -291,7 +291,7 @@ def _compiled() -> dict[str, Any]:
         codecs["raw_event"], codecs["change_event"], dict(_ev.ENVELOPE_OP), _ev.encode_change_spliced
     )
     fast.enable_change_key(_ev.change_key)
-    fast.enable_lane(_ev.ROW_OPS, _ev.BEGIN, _ev.COMMIT)
+    fast.enable_lane(_ev.ROW_OPS, _ev.BEGIN, _ev.COMMIT, _ev.ROLLBACK)
     fast.enable_txn_slots(Txn)
     fast.enable_commit_slots(Commit)
     encode = codecs["transaction_event"].encode

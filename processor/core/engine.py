@@ -196,12 +196,7 @@ class PartitionEngine:
         if op == ev.COMMIT:
             return self._commit(txn, offset, e["scn"], e["ts_ms"], e["thread"])
         if op == ev.ROLLBACK:
-            self._advance_watermark(e["scn"])
-            self._drop_all(txn)
-            del self.open[xid]
-            self._forget_incomplete(xid)
-            self.stats.rolled_back += 1
-            return [self._finish(xid, offset, ROLLED_BACK)]
+            return [self._rollback(txn, offset, e["scn"])]
         if txn.filtered and op in (ev.SAVEPOINT, ev.ROLLBACK_TO_SAVEPOINT):
             return []  # nothing of it is buffered: partial rollbacks have nothing to act on
         if op == ev.SAVEPOINT:
@@ -218,8 +213,8 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ ops
 
-    # _open and _commit are also called by the compiled lane (codec.buffer_changes), for a BEGIN of
-    # a new transaction (with its user and client) and a COMMIT of an open one.
+    # _open, _commit and _rollback are also called by the compiled lane (codec.buffer_changes), for a
+    # BEGIN of a new transaction (with its user and client), and a COMMIT or ROLLBACK of an open one.
 
     def _open(
         self,
@@ -428,6 +423,16 @@ class PartitionEngine:
         self.pending[txn.xid] = txn
         self.stats.committed += 1
         return [_committed(txn)]
+
+    def _rollback(self, txn: Txn, offset: int, scn: int) -> Finished:
+        """ROLLBACK of an open transaction: its buffered events go."""
+        if scn > self.watermark:  # _advance_watermark, inline
+            self.watermark = scn
+        self._drop_all(txn)
+        del self.open[txn.xid]
+        self._forget_incomplete(txn.xid)
+        self.stats.rolled_back += 1
+        return self._finish(txn.xid, offset, ROLLED_BACK)
 
     # ------------------------------------------------------------------ incomplete transactions
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from processor.core import codec, keys
 from processor.core import events as ev
 from processor.core.engine import Filters, PartitionEngine
-from processor.core.txn import Txn
+from processor.core.txn import ROLLED_BACK, Txn
 
 try:  # the native fetch's run of records (built with the codec by `make setup`)
     from processor.kafka._rdkafka_fetch import RecordRun  # type: ignore[import-not-found]
@@ -246,6 +246,45 @@ def test_begin_and_commit_take_the_lane_as_apply_takes_them(filters, txn_access,
     ]
     records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events_)]
     assert by_runs(records, filters, [], native) == by_record(records, filters)
+
+
+@pytest.mark.parametrize("filters", FILTERS[:3])
+def test_rollback_takes_the_lane_as_apply_takes_it(filters, txn_access, native):
+    """ROLLBACK of an open transaction (also a filtered one, and one whose identity came with its
+    BEGIN); a ROLLBACK that brings the identity first, of a transaction never seen, or of a finished
+    one goes to apply(). Either way, the same actions and state as record by record."""
+    change = ev.raw_event("z", ev.INSERT, 1, 1, table="s.t", key={"id": 1}, row_id="r1")
+    events_ = [
+        ev.raw_event("z", ev.BEGIN, 0, 0),
+        change,
+        {**change, "seq": 2},
+        ev.raw_event("v", ev.BEGIN, 0, 0, user="app"),
+        {**change, "xid": "v"},
+        ev.raw_event("z", ev.ROLLBACK, 3, 9, ts_ms=55),
+        ev.raw_event("u", ev.BEGIN, 0, 0),
+        ev.raw_event("v", ev.ROLLBACK, 2, 4, user="app"),
+        {**change, "xid": "u"},
+        ev.raw_event("u", ev.ROLLBACK, 2, 12, user="batch"),  # the identity first: apply()
+        ev.raw_event("w", ev.ROLLBACK, 1, 13),  # never seen: apply()
+        ev.raw_event("z", ev.ROLLBACK, 3, 9),  # late: z is finished
+    ]
+    records = [Record(i, e["xid"].encode(), ev.encode_raw(e)) for i, e in enumerate(events_)]
+    assert by_runs(records, filters, [], native) == by_record(records, filters)
+
+
+def test_the_lane_takes_a_rollback_of_an_open_transaction(txn_access):
+    engine = PartitionEngine(0, MemoryStore(), Filters())
+    events_ = [
+        ev.raw_event("z", ev.BEGIN, 0, 0),
+        ev.raw_event("z", ev.INSERT, 1, 1, table="s.t", key={"id": 1}),
+        ev.raw_event("z", ev.ROLLBACK, 2, 9, ts_ms=55),
+    ]
+    records = [Record(i, b"z", ev.encode_raw(e)) for i, e in enumerate(events_)]
+    actions: list = []
+    assert codec.buffer_changes(engine, records, 0, engine.open, engine.batch.put, actions) == 3  # all taken
+    assert [(a.xid, a.offset, a.outcome) for a in actions] == [("z", 2, ROLLED_BACK)]
+    assert "z" not in engine.open and engine.completed["z"] == (2, ROLLED_BACK)
+    assert engine.watermark == 9 and engine.last_ts_ms == 55 and engine.stats.rolled_back == 1
 
 
 def _mutations(data: bytes, draw) -> bytes:
