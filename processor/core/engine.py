@@ -7,6 +7,7 @@ finished); the runtime performs them. The rules are those of docs/semantics.md.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
@@ -26,8 +27,9 @@ __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", 
 
 # 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array;
 # 5: staged transactions outlive their batch ("replay_to" in the position record), and the
-# completed index is its FIFO keys alone (the outcome is their value; no DONE keys).
-FORMAT_VERSION = 5
+# completed index is its FIFO keys alone (the outcome is their value; no DONE keys); 6: the FIFO
+# is a record per write of the store, not a key per finished transaction (keys.fifo_batch_value).
+FORMAT_VERSION = 6
 # A staged transaction is spilled once it began this many offsets before the checkpoint: this bounds
 # both what staging holds in memory (at most this many records plus one poll batch, per partition)
 # and what a restart re-reads to rebuild it. 100k transactions open at once (the bench's many_open,
@@ -42,7 +44,6 @@ _READS_BACK = frozenset(ev.FRAGMENT_OPS) | {ev.ROLLBACK_TO_SAVEPOINT, ev.SUBTXN_
 # The objects built once per transaction, built in C on the compiled backend (construct.py).
 _new_txn, _new_commit = constructor(Txn), constructor(Commit)
 _committed, _finished = constructor(Committed), constructor(Finished)
-_OUTCOME_BYTES = {o: o.encode() for o in (COMMITTED, ROLLED_BACK, FILTERED, ABANDONED)}  # completed index values
 
 
 class PartitionEngine:
@@ -71,12 +72,12 @@ class PartitionEngine:
         self._stored_pending = 0  # how many of them are in the store (not staged)
         self._commit_order_check = False  # one may be stored after a staged one (_spill_for_commit_order)
         self.completed: dict[str, tuple[int, str]] = {}
-        # (offset, xid, FIFO key) in completion order; the key is kept for its delete at pruning.
-        self.fifo: deque[tuple[int, str, bytes]] = deque()
-        # The smallest offset in fifo, kept as it changes (a monotonic queue: each entry's offset while
-        # no later entry's is smaller), for the prune's range delete; a pass over fifo was ~1.3% of the
-        # steady loop.
-        self._fifo_mins: deque[int] = deque()
+        # (offset, xid, FIFO batch, outcome) in completion order. The transactions finished between
+        # two checkpoints go to the store as one FIFO batch record, numbered _fifo_batch: a key per
+        # transaction cost RocksDB a memtable entry each, 13% of the steady loop in process (session 52).
+        self.fifo: deque[tuple[int, str, int, str]] = deque()
+        self._fifo_batch = 0  # the number of the batch the entries finished since the last checkpoint join
+        self._fifo_unwritten = 0  # how many they are: the tail of fifo
         self.next_offset = 0
         self.watermark = -1
         self.last_ts_ms = 0
@@ -480,21 +481,30 @@ class PartitionEngine:
     def acknowledged_all(self, txns: Iterable[Txn]) -> None:
         """acknowledged() of each of txns, in order, without a Finished action each: the emitter
         finishes what a settlement acknowledged in one call per engine. Per transaction, the calls
-        and lookups of acknowledged() cost more than its work (~3 µs a transaction, ~75k
-        transactions a second at steady: docs/benchmarks.md, session 51)."""
-        pending, finished = self.pending, []
+        and lookups cost more than the work (~75k transactions a second at steady: docs/benchmarks.md,
+        sessions 51 and 52), so _drop_all and _finish_all are inlined in one loop here; they stay the
+        reference for what it does."""
+        pending, completed, fifo, batch = self.pending, self.completed, self.fifo, self._fifo_batch
+        meta_stored, dirty = self._meta_stored, self._dirty
+        before = len(fifo)
         for txn in txns:
-            if txn.staged is not None:  # the common case: _drop_all's, inline
+            xid = txn.xid
+            if txn.staged is not None:  # the common case: it never reached the store
                 txn.staged = None
                 txn.events = txn.bytes = 0
-                pending.pop(txn.xid, None)
+                pending.pop(xid, None)
             else:
-                if pending.pop(txn.xid, None) is not None:
+                if pending.pop(xid, None) is not None:
                     self._stored_pending -= 1
                 self._drop_all(txn)
-            assert txn.commit is not None
-            finished.append((txn.xid, txn.commit.offset))
-        self._finish_all(finished, COMMITTED)
+            commit = txn.commit
+            assert commit is not None
+            offset = commit.offset
+            completed[xid] = (offset, COMMITTED)
+            fifo.append((offset, xid, batch, COMMITTED))
+            if xid in meta_stored:
+                dirty.add(xid)
+        self._fifo_unwritten += len(fifo) - before
 
     def abandon_older_than(self, max_age_ms: int) -> list[DeadLetter | Finished]:
         """Retention policy: open transactions older than max_age_ms in source time (the partition's
@@ -634,29 +644,29 @@ class PartitionEngine:
         return _finished(self.partition, xid, offset, outcome)
 
     def _finish_all(self, finished: Iterable[tuple[str, int]], outcome: str) -> None:
-        """Record each (xid, offset) as finished with `outcome`: the completed index, its FIFO entry
-        and key in the store."""
-        completed, partition, put, meta_stored = self.completed, self.partition, self.batch.put, self._meta_stored
-        value = _OUTCOME_BYTES.get(outcome) or outcome.encode()
-        fifo_key_of, entries = keys.fifo_key, []
+        """Record each (xid, offset) as finished with `outcome`: the completed index and its FIFO
+        entry, which the next checkpoint writes (_put_fifo_batch)."""
+        completed, fifo, batch, meta_stored = self.completed, self.fifo, self._fifo_batch, self._meta_stored
         for xid, offset in finished:
             completed[xid] = (offset, outcome)
-            fifo_key = fifo_key_of(partition, offset, xid)
-            entries.append((offset, xid, fifo_key))
-            put(fifo_key, value)
+            fifo.append((offset, xid, batch, outcome))
+            self._fifo_unwritten += 1
             if xid in meta_stored:  # its metadata goes; one never stored has none (and most are not)
                 self._dirty.add(xid)
-        self._fifo_extend(entries)
 
-    def _fifo_extend(self, entries: Iterable[tuple[int, str, bytes]]) -> None:
-        """FIFO entries (offset, xid, fifo_key), in the order their transactions finished."""
-        fifo, mins = self.fifo, self._fifo_mins
-        for entry in entries:
-            fifo.append(entry)
-            offset = entry[0]
-            while mins and mins[-1] > offset:  # never the smallest again while this entry is kept
-                mins.pop()
-            mins.append(offset)
+    def _put_fifo_batch(self) -> None:
+        """Put the FIFO entries finished since the last checkpoint (the tail of fifo) as one record,
+        in the checkpoint's batch, with the position that covers them. (What flush_data writes
+        before is marked AHEAD: a crash before the checkpoint rebuilds the partition.)"""
+        fifo, number = self.fifo, self._fifo_batch
+        unwritten = min(self._fifo_unwritten, len(fifo))  # a prune may have taken the first of them
+        self._fifo_unwritten = 0
+        if not unwritten:
+            return
+        tail = list(itertools.islice(reversed(fifo), unwritten))
+        tail.reverse()
+        self.batch.put(keys.fifo_batch_key(self.partition, number), keys.fifo_batch_value(tail))
+        self._fifo_batch = number + 1
 
     def _dead(self, offset: int, key: bytes | None, value: bytes | None, reason: str) -> list[Action]:
         self.stats.dead_letters += 1
@@ -735,7 +745,7 @@ class PartitionEngine:
             # for every transaction it knows, so it stays where it is until the re-read is done.
             return
         resume = self._spill_due(spill_all)
-        if not (len(self.batch) or self._dirty or self._pos_dirty or self._ahead):
+        if not (len(self.batch) or self._dirty or self._pos_dirty or self._ahead or self._fifo_unwritten):
             return  # an idle loop writes nothing
         stored = self._meta_stored
         for xid in self._dirty:
@@ -750,6 +760,7 @@ class PartitionEngine:
             # else staged: not in the store; a restart rebuilds it from the raw topic
         self._dirty.clear()
         self._prune_completed()
+        self._put_fifo_batch()
         pos: dict[str, Any] = {
             "next_offset": resume,
             "watermark": self.watermark,
@@ -770,13 +781,12 @@ class PartitionEngine:
     def _prune_completed(self) -> None:
         """Drop the oldest entries of the completed index that are below the low watermark, down to
         min_completed, once it holds a chunk (a tenth of min_completed) more than that: it keeps
-        between min_completed and min_completed plus a chunk.
+        between min_completed and min_completed plus a chunk. Completion order is not quite offset
+        order (a commit finishes once its outputs are acknowledged, a rollback at once), so the prune
+        stops at the first entry at or above the low watermark.
 
-        A chunk's FIFO keys go with one range delete, not one delete each: a point delete costs
-        RocksDB a memtable entry (~5.5k instructions, a twelfth of a small transaction's whole cost).
-        Completion order is not quite offset order (a commit finishes once its outputs are
-        acknowledged, a rollback at once), so the range ends at the smallest offset kept, and a
-        pruned entry at or above it is deleted on its own.
+        The FIFO batches before the first kept entry's go with one range delete; that batch, if it
+        lost entries, is written again with the rest, so the store holds exactly the index in memory.
 
         While an open transaction holds the low watermark, each checkpoint could prune only the few
         entries it passed; the prune waits until a chunk of them is below it (the chunk's last one
@@ -788,26 +798,21 @@ class PartitionEngine:
         low = self.low_watermark()
         if fifo[chunk - 1][0] >= low:
             return
-        completed, mins = self.completed, self._fifo_mins
-        pruned: list[tuple[int, str, bytes]] = []
+        completed = self.completed
+        last = None
         while len(fifo) > keep and fifo[0][0] < low:
-            entry = fifo.popleft()
-            offset, xid, _ = entry
-            if mins[0] == offset:  # the entry leaving was the smallest kept
-                mins.popleft()
+            last = fifo.popleft()
+            offset, xid = last[0], last[1]
             if completed.get(xid, (None,))[0] == offset:
                 del completed[xid]
-            pruned.append(entry)
-        if not pruned:
+        if last is None:
             return
-        kept_from = mins[0] if fifo else None
+        first_kept = fifo[0][2] if fifo else self._fifo_batch
         start = keys.partition_prefix(keys.FIFO, self.partition)
-        end = keys.upper_bound(start) if kept_from is None else keys.fifo_key_bound(self.partition, kept_from)
-        self.batch.delete_range(start, end)
-        if kept_from is not None and max(pruned)[0] >= kept_from:  # else the range covered them all
-            for offset, _, fifo_key in pruned:
-                if offset >= kept_from:
-                    self.batch.delete(fifo_key)
+        self.batch.delete_range(start, keys.fifo_batch_key(self.partition, first_kept))
+        if last[2] == first_kept and first_kept < self._fifo_batch:  # a written batch lost its first entries
+            rest = list(itertools.takewhile(lambda entry: entry[2] == first_kept, fifo))
+            self.batch.put(keys.fifo_batch_key(self.partition, first_kept), keys.fifo_batch_value(rest))
 
     @classmethod
     def restore(
@@ -844,12 +849,12 @@ class PartitionEngine:
         eng._meta_stored = set(eng.open) | set(eng.pending)
         if eng._replay_to:  # a staged transaction's markers come back with its re-read records
             eng.incomplete = {x: v for x, v in eng.incomplete.items() if x in eng._meta_stored}
-        entries = []
-        for fkey, outcome in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
-            offset, xid = keys.fifo_decode(fkey)
-            entries.append((offset, xid, fkey))
-            eng.completed[xid] = (offset, outcome.decode())  # in completion order: the newest entry wins
-        eng._fifo_extend(entries)
+        for batch_key, value in store.scan_prefix(keys.partition_prefix(keys.FIFO, partition)):
+            number = keys.fifo_batch_of(batch_key)
+            for offset, xid, _, outcome in keys.fifo_batch_entries(value, number):
+                eng.fifo.append((offset, xid, number, outcome))
+                eng.completed[xid] = (offset, outcome)  # in completion order: the newest entry wins
+            eng._fifo_batch = number + 1
         return eng
 
     @staticmethod

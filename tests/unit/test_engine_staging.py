@@ -252,10 +252,12 @@ def test_a_committed_staged_transaction_is_spilled_when_a_later_committed_one_is
 def test_a_rolled_back_transaction_of_the_batch_writes_no_range_delete(store, feed):
     engine = PartitionEngine(0, store)
     feed(engine, records(ev.raw_event("x", ev.BEGIN, 0, 1), change("x", 1), ev.raw_event("x", ev.ROLLBACK, 2, 2)))
-    assert len(engine.batch) == 1  # its completed-index entry; no event put, no range delete
-    engine.checkpoint()
+    assert len(engine.batch) == 0  # no event put, no range delete
+    engine.checkpoint()  # with its completed-index entry, in the checkpoint's FIFO batch
     assert stored_events(store, keys.txn_prefix(0, "x")) == []
     assert engine.completed["x"][1] == "rolled_back"
+    ((fifo_key, value),) = store.scan_prefix(keys.partition_prefix(keys.FIFO, 0))
+    assert keys.fifo_batch_entries(value, keys.fifo_batch_of(fifo_key)) == [(2, "x", 0, "rolled_back")]
 
 
 @pytest.mark.parametrize(

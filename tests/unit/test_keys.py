@@ -29,11 +29,24 @@ def test_the_meta_key_from_a_transactions_prefix_is_its_meta_key(partition, xid)
     assert keys.meta_key_of(keys.txn_prefix(partition, xid)) == keys.meta_key(partition, xid) == layout
 
 
-@given(partitions, st.integers(0, 2**64 - 1), xids)
-def test_fifo_key_is_kind_partition_offset_and_xid_and_decodes_back(partition, offset, xid):
-    key = keys.fifo_key(partition, offset, xid)
-    assert key == keys.FIFO + struct.pack(">I", partition) + struct.pack(">Q", offset) + xid.encode()
-    assert keys.fifo_decode(key) == (offset, xid)
+@given(partitions, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_fifo_batch_keys_are_kind_partition_and_batch_in_the_order_written(partition, batch, other):
+    key = keys.fifo_batch_key(partition, batch)
+    assert key == keys.FIFO + struct.pack(">I", partition) + struct.pack(">Q", batch)
+    assert keys.fifo_batch_of(key) == batch
+    assert (key < keys.fifo_batch_key(partition, other)) == (batch < other)
+    assert key.startswith(keys.partition_prefix(keys.FIFO, partition))
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**64 - 1), xids, st.sampled_from(["committed", "rolled_back", "é"])), min_size=1
+    ),
+    st.integers(0, 2**64 - 1),
+)
+def test_a_fifo_batch_decodes_back_to_its_entries_in_order(entries, batch):
+    entries = [(offset, xid, batch, outcome) for offset, xid, outcome in entries]
+    assert keys.fifo_batch_entries(keys.fifo_batch_value(entries), batch) == entries
 
 
 @given(partitions, xids, st.integers(0, 2**64 - 1))
