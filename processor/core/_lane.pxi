@@ -630,18 +630,15 @@ cdef Py_ssize_t _buffer_changes(engine, list records, const RawRecordView* recs,
                     open_txn(xid, offset, ts, _opt_str(f.user, f.user_n), _opt_str(f.client, f.client_n), prefix)
                 else:
                     open_txn(xid, offset, ts, None, None, prefix)
-            elif kind == O_COMMIT:
+            elif kind == O_COMMIT or kind == O_ROLLBACK:  # of an open transaction; any other: the Python path
                 txn = open_txns.get(xid)
                 if txn is None or ((f.user != NULL or f.client != NULL)
                                    and not _txn_get(txn, type(txn) is TXN_TYPE, T_IDENTITY_SEEN)):
-                    break
-                actions.extend(commit_txn(txn, offset, f.scn, ts, f.thread))
-            elif kind == O_ROLLBACK:  # of an open transaction; any other is the Python path's
-                txn = open_txns.get(xid)
-                if txn is None or ((f.user != NULL or f.client != NULL)
-                                   and not _txn_get(txn, type(txn) is TXN_TYPE, T_IDENTITY_SEEN)):
-                    break
-                actions.append(rollback_txn(txn, offset, f.scn))
+                    break  # the identity comes first with it: apply() identifies the transaction
+                if kind == O_COMMIT:
+                    actions.extend(commit_txn(txn, offset, f.scn, ts, f.thread))
+                else:
+                    actions.append(rollback_txn(txn, offset, f.scn))
             if ts > last_ts:
                 last_ts = ts
             if kind != O_CHANGE:

@@ -28,7 +28,7 @@ __all__ = ["Committed", "DeadLetter", "Filters", "Finished", "PartitionEngine", 
 # 3: buffered events stored as their raw bytes (stored.py); 4: Txn metadata as a JSON array;
 # 5: staged transactions outlive their batch ("replay_to" in the position record), and the
 # completed index is its FIFO keys alone (the outcome is their value; no DONE keys); 6: the FIFO
-# is a record per write of the store, not a key per finished transaction (keys.fifo_batch_value).
+# is one record per checkpoint, not a key per finished transaction (keys.fifo_batch_value).
 FORMAT_VERSION = 6
 # A staged transaction is spilled once it began this many offsets before the checkpoint: this bounds
 # both what staging holds in memory (at most this many records plus one poll batch, per partition)
@@ -481,30 +481,21 @@ class PartitionEngine:
     def acknowledged_all(self, txns: Iterable[Txn]) -> None:
         """acknowledged() of each of txns, in order, without a Finished action each: the emitter
         finishes what a settlement acknowledged in one call per engine. Per transaction, the calls
-        and lookups cost more than the work (~75k transactions a second at steady: docs/benchmarks.md,
-        sessions 51 and 52), so _drop_all and _finish_all are inlined in one loop here; they stay the
-        reference for what it does."""
-        pending, completed, fifo, batch = self.pending, self.completed, self.fifo, self._fifo_batch
-        meta_stored, dirty = self._meta_stored, self._dirty
-        before = len(fifo)
+        and lookups of acknowledged() cost more than its work (~3 µs a transaction, ~75k
+        transactions a second at steady: docs/benchmarks.md, session 51)."""
+        pending, finished = self.pending, []
         for txn in txns:
-            xid = txn.xid
-            if txn.staged is not None:  # the common case: it never reached the store
+            if txn.staged is not None:  # the common case: _drop_all's, inline
                 txn.staged = None
                 txn.events = txn.bytes = 0
-                pending.pop(xid, None)
+                pending.pop(txn.xid, None)
             else:
-                if pending.pop(xid, None) is not None:
+                if pending.pop(txn.xid, None) is not None:
                     self._stored_pending -= 1
                 self._drop_all(txn)
-            commit = txn.commit
-            assert commit is not None
-            offset = commit.offset
-            completed[xid] = (offset, COMMITTED)
-            fifo.append((offset, xid, batch, COMMITTED))
-            if xid in meta_stored:
-                dirty.add(xid)
-        self._fifo_unwritten += len(fifo) - before
+            assert txn.commit is not None
+            finished.append((txn.xid, txn.commit.offset))
+        self._finish_all(finished, COMMITTED)
 
     def abandon_older_than(self, max_age_ms: int) -> list[DeadLetter | Finished]:
         """Retention policy: open transactions older than max_age_ms in source time (the partition's
@@ -647,12 +638,13 @@ class PartitionEngine:
         """Record each (xid, offset) as finished with `outcome`: the completed index and its FIFO
         entry, which the next checkpoint writes (_put_fifo_batch)."""
         completed, fifo, batch, meta_stored = self.completed, self.fifo, self._fifo_batch, self._meta_stored
+        before = len(fifo)
         for xid, offset in finished:
             completed[xid] = (offset, outcome)
             fifo.append((offset, xid, batch, outcome))
-            self._fifo_unwritten += 1
             if xid in meta_stored:  # its metadata goes; one never stored has none (and most are not)
                 self._dirty.add(xid)
+        self._fifo_unwritten += len(fifo) - before
 
     def _put_fifo_batch(self) -> None:
         """Put the FIFO entries finished since the last checkpoint (the tail of fifo) as one record,
