@@ -10,14 +10,17 @@ crash re-emits at most what followed the last commit, with the same event_ids. A
 outputs ends with a flush (librdkafka skips linger.ms for it: one round trip), which settles them:
 their cursors move and their ENDs go out. Measured against settling only when the queue drains on
 its own or the oldest output waited 20 ms, the flush per batch used no more CPU per event and gave a
-lower commit-to-END latency (issue 14). With NativeProducer the batch waits for nothing: what the
-release produces is sent as it is produced (send_now: no linger, and the broker's work overlaps the
-release and the checkpoint), and each END is held by the producer as soon as its changes are sent
-(NativeProducer.hold, emitter.hold_ends): the thread that serves the last of their acknowledgements
-hands it to librdkafka, and a later batch settles it by its epoch (the loop comes back within
-runner.ACK_WAIT_S while any wait). Before, the batch's flush waited for the changes and then sent
-the ENDs: one round trip per batch on the loop, and the ENDs of a batch's first transactions waited
-for its last. confluent-kafka's Producer cannot send without waiting: there the flush waits for the
+lower commit-to-END latency (issue 14). With NativeProducer the batch waits for nothing: once the
+release has produced the batch's outputs, send_now has librdkafka send them without waiting out
+linger.ms, one request per partition, and each END is held by the producer as soon as its changes
+are sent (NativeProducer.hold, emitter.hold_ends): the thread that serves the last of their
+acknowledgements hands it to librdkafka, and a later batch settles it by its epoch (the loop comes
+back within runner.ACK_WAIT_S while any wait). Sending as the release produced (send_now before
+it) had the producer's thread send while the loop still released: at half the steady rate it made
+3.9k sendmsg calls a second against 2.7k, its work and the broker's took the two cores from the
+release, and commit-to-END p50 was 1.4-1.7 ms higher in each of three alternated pairs (session 53). Before that, the batch's flush waited for the changes and then sent the ENDs: one
+round trip per batch on the loop, and the ENDs of a batch's first transactions waited for its
+last. confluent-kafka's Producer cannot send without waiting: there the flush waits for the
 changes, and a second flush settles the ENDs within the batch.
 
 Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are
@@ -194,16 +197,6 @@ class AtLeastOnce:
         produce()
         self.producer.flush(30)
 
-    def start_sending(self, backlog: bool) -> bool:
-        """Before the batch's release, below a backlog: have the producer send what the release
-        produces as it is produced, so the broker works on the changes while the loop still releases
-        and checkpoints, and the settling flush waits for less. True when it does (NativeProducer).
-        Under a backlog the outputs go in the producer's batches (linger.ms): fewer, larger requests."""
-        if backlog or not self.sends_now:
-            return False
-        self.producer.send_now()
-        return True
-
     def end_batch(self, offsets: Callable[[], list[TopicPartition]], consumer, backlog: bool = False) -> None:
         """Settle what the batch sent: at once, or under a backlog as far as the broker got."""
         emitter, producer = self.emitter, self.producer
@@ -314,9 +307,6 @@ class ExactlyOnce:
         self.producer.begin_transaction()
         produce()
         self._txn_call("commit_transaction")
-
-    def start_sending(self, backlog: bool) -> bool:
-        return False  # commit_transaction sends the batch's outputs
 
     def begin_batch(self) -> None:
         """Open the batch's Kafka transaction, once the previous batch's commit is over (join)."""

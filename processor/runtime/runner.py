@@ -270,28 +270,23 @@ class Runner:
         self.summary.events += taken
         self._full_batches = self._full_batches + 1 if taken >= self.cfg.max_batch else 0
         backlog = self._full_batches >= BACKLOG_BATCHES
-        sending = self.delivery.start_sending(backlog)
         dispatcher.release_committed()
         dispatcher.release_held({q: st.engine.watermark for q, st in p.held.items()})
         lap = clock.lap("release", lap)
-        checkpointed = False
-        due = time.monotonic() - self._last_checkpoint >= CHECKPOINT_EVERY_S
-        if due and sending and not dispatcher.dead_letters:
-            # The broker works on the batch's outputs meanwhile; a dead letter must be durable first.
-            lap = self._checkpoint(lap)
-            checkpointed = True
+        # The settlement sends what the release produced (below a backlog without waiting out
+        # linger.ms: kafka/delivery.py); the checkpoint follows, while the broker works on it.
         with self._commit_section:
             self.delivery.end_batch(self._low_watermarks, self.consumer, backlog)
         if dispatcher.take_dead_letters() and self.delivery.commits_offsets_itself:
             self.sink.flush_dead_letters()  # durable before the offsets behind them are persisted
         lap = clock.lap("settle", lap)
-        if due and not checkpointed:
+        if time.monotonic() - self._last_checkpoint >= CHECKPOINT_EVERY_S:
             self._checkpoint(lap)
 
-    def _checkpoint(self, lap: tuple[float, float]) -> tuple[float, float]:
+    def _checkpoint(self, lap: tuple[float, float]) -> None:
         self.partitions.checkpoint_all()  # transactions still in flight stay staged (PartitionEngine._spill_due)
         self._last_checkpoint = time.monotonic()
-        return self.summary.phases.lap("checkpoint", lap)
+        self.summary.phases.lap("checkpoint", lap)
 
     def _open_batch(self, produce: bool = True) -> bool:
         """exactly_once: wait for the previous batch's commit and, to produce, open this batch's

@@ -24,6 +24,7 @@ class HoldingProducer:
 
     def __init__(self) -> None:
         self.epoch, self.flushes, self.sent_now = 1, 0, 0
+        self.kicked_after: list[tuple[list[str], list[str]]] = []  # at each send_now: (sent, held) so far
         self.queued: list[tuple[int, str, object, bool]] = []
         self.held: list[tuple[int, int, str, object]] = []  # (after, epoch, label, on_ack)
         self.sent: list[str] = []
@@ -93,6 +94,7 @@ class HoldingProducer:
 
     def send_now(self) -> None:
         self.sent_now += 1
+        self.kicked_after.append((list(self.sent), self.held_labels()))
 
     def __len__(self) -> int:
         return len(self.queued) + len(self.held)
@@ -129,8 +131,7 @@ def holding() -> tuple:
 
 
 def batch(delivery: AtLeastOnce, emitter: Emitter, engine: PartitionEngine, *txns, backlog: bool = False) -> None:
-    """One poll batch as the runner runs it: start sending, release, end the batch."""
-    delivery.start_sending(backlog)
+    """One poll batch as the runner runs it: release, end the batch."""
     for txn in txns:
         emitter.release(engine, txn)
     delivery.end_batch(list, None, backlog=backlog)
@@ -151,6 +152,20 @@ def test_below_a_backlog_an_end_goes_when_its_changes_are_acknowledged_and_no_ba
     assert not engine.pending and not emitter.unsettled and not emitter.queue
     assert cursor(a) == (2, 2, {"s.t": 2})
     assert producer.flushes == 0 and delivery.settling_flushes == 0  # nothing ever waited for the broker
+
+
+def test_below_a_backlog_the_batch_is_sent_once_it_is_released_and_its_ends_held():
+    producer, engine, emitter, delivery = holding()
+    a, b = commit(engine, "a", 2), commit(engine, "b", 1, offset=10)
+    emitter.release(engine, a)
+    emitter.release(engine, b)
+    assert producer.sent_now == 0  # nothing is sent while the release produces: one request per partition
+    delivery.end_batch(list, None)
+    assert producer.kicked_after == [(["BEGIN:a", "change", "change", "BEGIN:b", "change"], ["END:a", "END:b"])]
+    # Under a backlog linger.ms makes the requests: no send_now.
+    emitter.release(engine, commit(engine, "c", 1, offset=20))
+    delivery.end_batch(list, None, backlog=True)
+    assert producer.sent_now == 1
 
 
 def test_held_ends_keep_commit_order_and_one_does_not_wait_for_the_end_before_it():

@@ -132,15 +132,6 @@ def test_below_a_backlog_a_batch_waits_for_its_changes_only_and_its_ends_settle_
     assert delivery.settling_flushes == 1
 
 
-def test_only_below_a_backlog_the_release_is_sent_as_it_is_produced():
-    producer, _sink, _engine, _emitter, delivery = caught_up()
-    assert delivery.start_sending(backlog=True) is False and producer.sent_now == 0
-    assert delivery.start_sending(backlog=False) is True and producer.sent_now == 1
-    # Without send_now (confluent-kafka's Producer) nothing changes: the flush sends.
-    _producer, _sink, _engine, _emitter, plain = backlogged()
-    assert plain.start_sending(backlog=False) is False
-
-
 def test_below_a_backlog_an_end_the_broker_refused_stops_a_later_batch_and_its_transaction_stays():
     _producer, sink, engine, emitter, delivery = caught_up()
     emitter.release(engine, commit(engine, "a", 1))
