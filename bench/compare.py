@@ -233,7 +233,8 @@ def _stats(paced: dict, seen: dict[str, int], appended: dict[str, int], rate: fl
     }
 
 
-def processor_latency(bench, tag: str, rate: float, seconds: float) -> dict:
+def processor_latency(bench, tag: str, rate: float, seconds: float, split: bool = False) -> dict:
+    """With split, also where each transaction's time went by the broker's append times (_split)."""
     name = tag
 
     def start(raw: str) -> m.Proc:
@@ -250,8 +251,48 @@ def processor_latency(bench, tag: str, rate: float, seconds: float) -> dict:
         time.sleep(1)
     paced["proc"].stop()
     res = paced["proc"].wait(120)
+    appended = _commit_append_ms(bench, paced["raw"])
+    last_change = _last_change_ms(bench, f"out.{name}.changes") if split else {}
     bench.drop_outputs(name)
-    return _stats(paced, ends, _commit_append_ms(bench, paced["raw"]), rate, res)
+    out = _stats(paced, ends, appended, rate, res)
+    if split:
+        out["split"] = _split(paced, appended, last_change, ends)
+    return out
+
+
+def _last_change_ms(bench, topic: str) -> dict[str, int]:
+    """xid -> the broker's append time (ms) of its last change. The xid is read from the event_id,
+    ChangeEvent's first field (`<thread>:<commit_scn>:<xid>:<seq>`), without decoding the record."""
+    out: dict[str, int] = {}
+    for _, _, _, value, ts in m.read_topic(bench.bootstrap, topic):
+        length = shift = i = 0
+        while True:  # the string's length: a zigzag varint
+            byte = value[i]
+            i += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        xid = value[i : i + (length >> 1)].decode().split(":")[2]
+        if ts > out.get(xid, 0):
+            out[xid] = ts
+    return out
+
+
+def _split(paced: dict, appended: dict[str, int], last_change: dict[str, int], ends: dict[str, int]) -> dict:
+    """p50/p99 ms of COMMIT append -> last change append (the loop, the release, the changes' send)
+    and last change -> END append (the changes' acknowledgement, the END's send), after the warm-up."""
+    cut = min(paced["commit_ms"].values(), default=0.0) + paced.get("warm_up_s", 0) * 1000
+    xids = [x for x, at in paced["commit_ms"].items() if at >= cut and x in appended and x in last_change and x in ends]
+    to_change = [last_change[x] - appended[x] for x in xids]
+    to_end = [ends[x] - last_change[x] for x in xids]
+    return {
+        "transactions": len(xids),
+        "commit_to_last_change_p50_ms": m.percentile(to_change, 0.5),
+        "commit_to_last_change_p99_ms": m.percentile(to_change, 0.99),
+        "last_change_to_end_p50_ms": m.percentile(to_end, 0.5),
+        "last_change_to_end_p99_ms": m.percentile(to_end, 0.99),
+    }
 
 
 def passthrough_latency(

@@ -1,9 +1,11 @@
 """One latency level, repeated, on its own broker: `python -m bench.latency_probe RATE [--seconds S]
-[--rounds N] [--passthrough]`.
+[--rounds N] [--passthrough] [--split]`.
 
 The latency curve in `bench.run` measures each level once, after the other benchmarks; a change to
 the settlement is judged faster here, round after round at one rate. Each round prints commit-to-END
-p50/p99 (from the COMMIT's produce, and from its append on the broker), the settling flushes, the
+p50/p99 (from the COMMIT's produce, and from its append on the broker; with --split also split at the
+last change's append: the loop and the release before it, the changes' acknowledgement and the
+END's send after it), the settling flushes, the
 batches that did not wait for the broker, and the loop's wall/CPU seconds by phase with each phase's longest lap. Each round
 first writes the warm-up seconds of bench.run's sizes (left out of p50/p99, printed apart). The first round
 on a fresh broker runs while its JVM still warms up (2-5x slower at 133k events/s): compare later
@@ -43,6 +45,11 @@ def main() -> None:
         default=None,
         help="the broker's JVM flags, space-separated (default: embedded.SERVER_JVM_FLAGS, as bench.run)",
     )
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="also split commit-to-END at the last change's append (reads the changes topic back)",
+    )
     args = ap.parse_args()
 
     if args.passthrough:
@@ -51,7 +58,10 @@ def main() -> None:
         def level(bench, tag, rate, seconds):
             return compare.passthrough_latency(bench, tag, rate, seconds, echo_args=echo_args)
     else:
-        level = compare.processor_latency
+
+        def level(bench, tag, rate, seconds):
+            return compare.processor_latency(bench, tag, rate, seconds, split=args.split)
+
     jvm = args.broker_jvm.split() if args.broker_jvm else list(SERVER_JVM_FLAGS)
     with EmbeddedKafka(extra_config={"group.initial.rebalance.delay.ms": "3000"}, jvm_flags=jvm) as broker:
         m.watch_broker(broker.process.pid)
@@ -70,6 +80,15 @@ def main() -> None:
                 f"flushes {r.get('settling_flushes')}, not waited {r.get('deferred_settlements')}; {phases}",
                 flush=True,
             )
+            if r.get("split"):
+                sp = r["split"]
+                print(
+                    f"  COMMIT append -> last change {_ms(sp['commit_to_last_change_p50_ms'])}/"
+                    f"{_ms(sp['commit_to_last_change_p99_ms'])} ms, last change -> END "
+                    f"{_ms(sp['last_change_to_end_p50_ms'])}/{_ms(sp['last_change_to_end_p99_ms'])} ms "
+                    f"({sp['transactions']} transactions)",
+                    flush=True,
+                )
             cores = r["cores"]
             print(
                 f"  cores while writing: program {cores['program']} (main thread {cores['program_main']}), broker "
