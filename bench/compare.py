@@ -25,6 +25,7 @@ from processor.kafka.rawtopic import RawTopicWriter
 
 from . import measure as m
 from . import workloads as wl
+from .avro_prefix import first_string
 
 ROOT = Path(__file__).resolve().parent.parent
 # quixstreams pins confluent-kafka < 2.13, older than the project's: the peer gets its own virtualenv.
@@ -265,15 +266,8 @@ def _last_change_ms(bench, topic: str) -> dict[str, int]:
     ChangeEvent's first field (`<thread>:<commit_scn>:<xid>:<seq>`), without decoding the record."""
     out: dict[str, int] = {}
     for _, _, _, value, ts in m.read_topic(bench.bootstrap, topic):
-        length = shift = i = 0
-        while True:  # the string's length: a zigzag varint
-            byte = value[i]
-            i += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        xid = value[i : i + (length >> 1)].decode().split(":")[2]
+        start, end = first_string(value)
+        xid = value[start:end].decode().split(":")[2]
         if ts > out.get(xid, 0):
             out[xid] = ts
     return out

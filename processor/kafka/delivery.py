@@ -18,9 +18,10 @@ acknowledgements hands it to librdkafka, and a later batch settles it by its epo
 back within runner.ACK_WAIT_S while any wait). Sending as the release produced (send_now before
 it) had the producer's thread send while the loop still released: at half the steady rate it made
 3.9k sendmsg calls a second against 2.7k, its work and the broker's took the two cores from the
-release, and commit-to-END p50 was 1.4-1.7 ms higher in each of three alternated pairs (session 53). Before that, the batch's flush waited for the changes and then sent the ENDs: one
-round trip per batch on the loop, and the ENDs of a batch's first transactions waited for its
-last. confluent-kafka's Producer cannot send without waiting: there the flush waits for the
+release, and commit-to-END p50 was 1.4-1.7 ms higher in each of three alternated pairs (session
+53). Before that, the batch's flush waited for the changes and then sent the ENDs: one round trip
+per batch on the loop, and the ENDs of a batch's first transactions waited for its last.
+confluent-kafka's Producer cannot send without waiting: there the flush waits for the
 changes, and a second flush settles the ENDs within the batch.
 
 Under a backlog (the poll returned full batches, runner.BACKLOG_BATCHES in a row: more are
