@@ -189,7 +189,7 @@ def _stats(paced: dict, seen: dict[str, int], appended: dict[str, int], rate: fl
     phase); a restart's first second is the cold start, and its figures stay in the JSON."""
     commit_ms = paced["commit_ms"]
     first = min(commit_ms.values(), default=0.0)
-    cut = first + paced.get("warm_up_s", 0) * 1000
+    cut = _warm_up_cut(paced)
     lat, warm, from_append, by_second = [], [], [], {}
     for xid, at in commit_ms.items():
         if xid not in seen:
@@ -234,6 +234,11 @@ def _stats(paced: dict, seen: dict[str, int], appended: dict[str, int], rate: fl
     }
 
 
+def _warm_up_cut(paced: dict) -> float:
+    """The produce time (ms) before which a level's commits are its warm-up (_stats)."""
+    return min(paced["commit_ms"].values(), default=0.0) + paced.get("warm_up_s", 0) * 1000
+
+
 def processor_latency(bench, tag: str, rate: float, seconds: float, split: bool = False) -> dict:
     """With split, also where each transaction's time went by the broker's append times (_split)."""
     name = tag
@@ -276,7 +281,7 @@ def _last_change_ms(bench, topic: str) -> dict[str, int]:
 def _split(paced: dict, appended: dict[str, int], last_change: dict[str, int], ends: dict[str, int]) -> dict:
     """p50/p99 ms of COMMIT append -> last change append (the loop, the release, the changes' send)
     and last change -> END append (the changes' acknowledgement, the END's send), after the warm-up."""
-    cut = min(paced["commit_ms"].values(), default=0.0) + paced.get("warm_up_s", 0) * 1000
+    cut = _warm_up_cut(paced)
     xids = [x for x, at in paced["commit_ms"].items() if at >= cut and x in appended and x in last_change and x in ends]
     to_change = [last_change[x] - appended[x] for x in xids]
     to_end = [ends[x] - last_change[x] for x in xids]

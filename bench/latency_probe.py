@@ -5,11 +5,10 @@ The latency curve in `bench.run` measures each level once, after the other bench
 the settlement is judged faster here, round after round at one rate. Each round prints commit-to-END
 p50/p99 (from the COMMIT's produce, and from its append on the broker; with --split also split at the
 last change's append: the loop and the release before it, the changes' acknowledgement and the
-END's send after it), the settling flushes, the
-batches that did not wait for the broker, and the loop's wall/CPU seconds by phase with each phase's longest lap. Each round
-first writes the warm-up seconds of bench.run's sizes (left out of p50/p99, printed apart). The first round
-on a fresh broker runs while its JVM still warms up (2-5x slower at 133k events/s): compare later
-rounds.
+END's send after it), the settling flushes, the batches that did not wait for the broker, and the
+loop's wall/CPU seconds by phase with each phase's longest lap. Each round first writes the warm-up
+seconds of bench.run's sizes (left out of p50/p99, printed apart). The first round on a fresh broker
+runs while its JVM still warms up (2-5x slower at 133k events/s): compare later rounds.
 """
 
 from __future__ import annotations
