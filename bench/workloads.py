@@ -314,19 +314,27 @@ def feed_paced(writer: RawTopicWriter, evs: list, rate: float) -> tuple[dict[str
     STAGE_MAX_AGE_MS, so each checkpoint spilled all of them to the store, and said that no COMMIT
     below the last pregenerated scn would follow, which was false.
 
+    The events due in a lap go to the producer in one call (write_encoded_run): the writer shares the
+    machine with the programs it measures, and a Python call per event took ~1.1 µs of its 220k
+    events/s (session 55). Each COMMIT of a lap is stamped with the lap's start, before any of its
+    events is produced: up to the lap's produce time (tens of µs) early, never late.
+
     Returns the wall-clock instant (ms) each COMMIT was produced, by XID, and the seconds it took."""
     commit_ms: dict[str, float] = {}
+    commits = [j for j, e in enumerate(evs) if e[2] == "commit"]
+    next_commit = 0  # commits[next_commit] is the first COMMIT not yet written
     t0 = time.monotonic()
     i, n, last_hb = 0, len(evs), t0
     while i < n:
         now = time.monotonic()
         due = min(n, int((now - t0) * rate) + 1)
-        while i < due:
-            xid, value, kind, _, _ = evs[i]
-            writer.write_encoded(xid, value)
-            if kind == "commit":
-                commit_ms[xid] = time.time() * 1000
-            i += 1
+        if i < due:
+            stamp = time.time() * 1000
+            writer.write_encoded_run(evs, i, due)
+            while next_commit < len(commits) and commits[next_commit] < due:
+                commit_ms[evs[commits[next_commit]][0]] = stamp
+                next_commit += 1
+            i = due
         if now - last_hb >= 0.1:
             _, _, _, scn, ts_ms = evs[i - 1]
             writer.heartbeat(scn, ts_ms=ts_ms)

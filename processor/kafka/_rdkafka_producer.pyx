@@ -23,6 +23,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_New, PyCapsule_SetContext
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 
 import time
@@ -628,6 +629,38 @@ cdef class NativeProducer:
         if code == ERR_QUEUE_FULL:
             raise BufferError(reason)
         raise KafkaException(KafkaError(code, reason))
+
+    def produce_run(self, str topic, list records, Py_ssize_t start, Py_ssize_t stop, on_delivery=None):
+        """Queue records[start:stop], each a tuple (key: str, value: bytes, ...), in order, on the
+        partitioner's partition: what produce(topic, value, key.encode(), -1, on_delivery) would do
+        for each, in one call (a paced source writes ~100 records a lap; a Python call each was most
+        of its loop). Returns the index of the first record not queued, `stop` when all were: the
+        caller hands that one to produce(), which waits for room or raises why."""
+        cdef void *rkt
+        cdef uintptr_t slot = 0 if on_delivery is None else self._slot_for(on_delivery)
+        cdef Py_ssize_t i, key_len
+        cdef const char *key
+        cdef tuple record
+        cdef str xid
+        cdef bytes value
+        cdef void *error
+        if self.rk == NULL:
+            raise RuntimeError("the producer is closed")
+        if start < 0 or stop > len(records):
+            raise IndexError(f"records[{start}:{stop}] is outside the list's {len(records)}")
+        rkt = self._topic(topic)
+        for i in range(start, stop):
+            record = records[i]
+            xid = record[0]
+            value = record[1]
+            if value is None:
+                raise TypeError(f"records[{i}] has no value: produce() writes a tombstone")
+            key = PyUnicode_AsUTF8AndSize(xid, &key_len)
+            error = self._enqueue(rkt, -1, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), key, key_len, slot, NULL)
+            if error != NULL:
+                txb.error_destroy(error)
+                return i
+        return max(start, stop)
 
     cdef uintptr_t _slot_for(self, object on_delivery) except? 0:
         """The callback slot a record carries: one per callback, not per record."""

@@ -396,3 +396,32 @@ def test_a_fenced_producer_fails_with_a_fatal_error_as_confluent_kafka_raises_it
         _transactional(broker.bootstrap, _name("tx")).send_offsets_to_transaction(
             [TopicPartition(topic, 0, 1)], b"not group metadata", 10
         )
+
+
+def test_produce_run_queues_a_slice_of_records_as_produce_would_each_and_stops_where_the_queue_is_full(broker):
+    topic, reference_topic = _name("run"), _name("run-reference")
+    ensure_topics(broker.bootstrap, {topic: 4, reference_topic: 4})
+    records = [(f"xid-{i % 7}", b"value-%d" % i, "change") for i in range(50)]
+    producer = _native(broker.bootstrap)
+    assert producer.produce_run(topic, records, 10, 40) == 40
+    assert producer.produce_run(topic, records, 40, 40) == 40  # an empty slice queues nothing
+    assert len(producer) == 30
+    with pytest.raises(IndexError, match="outside"):
+        producer.produce_run(topic, records, 45, 51)
+    with pytest.raises(TypeError):
+        producer.produce_run(topic, [("xid", None, "change")], 0, 1)
+    assert producer.flush(30) == 0
+    for key, value, _ in records[10:40]:
+        producer.produce(reference_topic, value, key.encode())
+    assert producer.flush(30) == 0
+
+    got, reference = _records(broker.bootstrap, topic), _records(broker.bootstrap, reference_topic)
+    assert [m.value() for m in got if m.key() == b"xid-3"] == [v for k, v, _ in records[10:40] if k == "xid-3"]
+    assert sorted((m.key(), m.value(), m.partition()) for m in got) == sorted(
+        (m.key(), m.value(), m.partition()) for m in reference
+    )
+
+    full = _native(broker.bootstrap, **{"queue.buffering.max.messages": 5, "linger.ms": 2000})
+    assert full.produce_run(topic, records, 0, 20) == 5  # the sixth found the queue full: not queued
+    assert len(full) == 5
+    assert full.flush(30) == 0

@@ -145,6 +145,44 @@ def test_a_source_event_over_the_raw_topic_limit_goes_to_the_dlq_and_the_rest_is
     assert "record too large" in headers["reason"]
 
 
+@pytest.mark.parametrize("producer", ["native", "confluent"])
+def test_a_run_of_encoded_events_is_written_in_order_and_its_oversized_event_goes_to_the_dlq(kafka, producer):
+    """write_encoded_run (the paced bench source's lap): the native producer queues the run in one call
+    and stops at the record it refuses; confluent-kafka's has no such call and writes event by event."""
+    if producer == "native":
+        from processor.kafka import output_producer
+
+        if output_producer.NativeProducer is None:
+            pytest.skip(f"native producer not built: {output_producer.UNAVAILABLE}")
+    topics = _topics()
+    ensure_topics(kafka.bootstrap, {topics["raw"]: 1}, config={"max.message.bytes": "100000"})
+    writer = RawTopicWriter(
+        kafka.bootstrap, topics["raw"], dlq_topic=topics["dlq"], source="generate", producer=producer
+    )
+    events = [
+        ev.raw_event("t1", ev.BEGIN, 0, 1),
+        ev.raw_event("t1", ev.INSERT, 1, 2, table="s.docs", after={"DOC": "small"}),
+        ev.raw_event("t1", ev.INSERT, 2, 3, table="s.docs", after={"DOC": "y" * 200_000}),
+        ev.raw_event("t1", ev.INSERT, 3, 4, table="s.docs", after={"DOC": "after"}),
+        ev.raw_event("t1", ev.COMMIT, 4, 5),
+    ]
+    records = [(e["xid"], ev.encode_raw(e), "event") for e in events]
+    writer.write_encoded_run(records, 1, 5)
+    writer.write_encoded_run(records, 0, 1)  # a run may start anywhere
+    writer.flush()
+    assert (writer.written, writer.oversized) == (5, 1)
+    raw = [ev.decode_raw(m.value()) for m in read_to_end(kafka.bootstrap, topics["raw"])]
+    assert [(e["op"], e["seq"]) for e in raw] == [
+        (ev.INSERT, 1),
+        (ev.SAVEPOINT, 2),  # the incomplete marker, in the oversized event's place
+        (ev.INSERT, 3),
+        (ev.COMMIT, 4),
+        (ev.BEGIN, 0),
+    ]
+    (dead,) = read_to_end(kafka.bootstrap, topics["dlq"])
+    assert read_dlq_headers(dead.headers())["xid"] == "t1"
+
+
 def test_without_a_dlq_an_oversized_source_event_raises_a_typed_error(kafka):
     topics = _topics()
     writer = RawTopicWriter(kafka.bootstrap, topics["raw"], partitions=1)
