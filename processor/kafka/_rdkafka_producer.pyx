@@ -643,7 +643,6 @@ cdef class NativeProducer:
         cdef tuple record
         cdef str xid
         cdef bytes value
-        cdef void *error
         if self.rk == NULL:
             raise RuntimeError("the producer is closed")
         if start < 0 or stop > len(records):
@@ -656,9 +655,7 @@ cdef class NativeProducer:
             if value is None:
                 raise TypeError(f"records[{i}] has no value: produce() writes a tombstone")
             key = PyUnicode_AsUTF8AndSize(xid, &key_len)
-            error = self._enqueue(rkt, -1, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), key, key_len, slot, NULL)
-            if error != NULL:
-                txb.error_destroy(error)
+            if self._produce_c(rkt, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), key, key_len, slot):
                 return i
         return max(start, stop)
 

@@ -152,15 +152,19 @@ class RawTopicWriter:
         """write_encoded(record[0], record[1]) for records[start:stop], in order: with the native
         producer in one call per run of records the queue takes (a paced source's lap)."""
         produce_run = getattr(self.producer, "produce_run", None)
+        if produce_run is None:  # confluent-kafka's Producer
+            for xid, value, *_ in records[start:stop]:
+                self._produce(xid.encode(), value)
+            return
         i = start
         while i < stop:
-            queued = produce_run(self.topic, records, i, stop, self._report) if produce_run is not None else i
+            queued = produce_run(self.topic, records, i, stop, self._report)
             self.written += queued - i
-            i = queued
-            if i < stop:  # a full queue or a refusal (or no produce_run): produce() waits or names it
-                xid, value = records[i][0], records[i][1]
+            if queued < stop:  # a full queue or a refusal: produce() waits for room or names it
+                xid, value = records[queued][0], records[queued][1]
                 self._produce(xid.encode(), value)
-                i += 1
+                queued += 1
+            i = queued
 
     def write_all(
         self, source: Iterable[dict], progress: Callable[[int], None] | None = None, every: int = 5000
